@@ -1,0 +1,73 @@
+"""Content-addressed cache folders and atomic writes shared by every stage."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+
+def stable_hash(payload: Any, length: int = 16) -> str:
+    """Hash of a JSON-serialisable payload, independent of dict key order."""
+    text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _atomic(path: Path, write) -> None:
+    """Write through a temp file in the same folder, then rename: readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, payload: Any) -> None:
+    _atomic(path, lambda h: h.write(json.dumps(payload, indent=2, sort_keys=True, default=str).encode()))
+
+
+def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
+    data = "".join(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n" for row in rows)
+    _atomic(path, lambda h: h.write(data.encode()))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    _atomic(path, lambda h: np.savez(h, **arrays))
+
+
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
+def read_json_if(path: Path) -> Any:
+    """The JSON at ``path``, or None when it does not exist yet."""
+    if not path.exists():
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)

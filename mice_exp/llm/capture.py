@@ -1,0 +1,168 @@
+"""Greedy batched generation that captures every layer in the same forward passes.
+
+Hooks on the decoder layers keep, at every step, each layer's hidden state at the last
+position (the one that predicts the next token); a hook on the model keeps the raw
+logits' log-softmax for one step, so the chosen token's probability comes from the raw
+logits, not from processed scores. Nothing runs a second forward over the sequence.
+After generation the ids are truncated at the stop, and the logit lens of all layers
+i < L over all kept positions of the batch is one (row-chunked) GEMM.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+from mice_exp.llm.model import LLM
+from mice_exp.llm.toolcall import stop_offset
+
+LENS_ROWS = 1024  # rows per lens GEMM chunk: bounds the (rows x |V|) logits buffer
+
+
+@dataclass
+class Generation:
+    """One truncated generation y with what was captured for each of its T tokens."""
+
+    token_ids: list[int]
+    token_probs: np.ndarray  # [T] probability of each chosen token (raw logits)
+    text: str
+    offsets: list[tuple[int, int]]  # [T] character span of each token in ``text``
+    lens_ids: np.ndarray  # [L-1, T] logit-lens argmax of layers 1..L-1
+    states: np.ndarray  # [max(T,1), L, d] layers 1..L (pre-norm) at the positions predicting y_t
+
+
+class _StopAtCall(StoppingCriteria):
+    """Stops a sequence once its text holds a complete Action Input JSON or "Observation"."""
+
+    def __init__(self, tokenizer, prompt_len: int, batch: int):
+        self.tokenizer = tokenizer
+        self.prompt_len = prompt_len
+        self.done = [False] * batch
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        for b, finished in enumerate(self.done):
+            if not finished:
+                text = self.tokenizer.decode(input_ids[b, self.prompt_len:], skip_special_tokens=True)
+                self.done[b] = stop_offset(text) is not None
+        return torch.tensor(self.done, device=input_ids.device)
+
+
+class _Recorder:
+    """Forward hooks that record per-step last-position states and chosen-token log-probs."""
+
+    def __init__(self, n_layers: int):
+        self.current: list[torch.Tensor | None] = [None] * n_layers
+        self.steps: list[torch.Tensor] = []
+        self.token_logp: list[torch.Tensor] = []
+        self.prev_logp: torch.Tensor | None = None
+
+    def layer_hook(self, index: int):
+        def hook(module, args, output):
+            hidden = output[0] if isinstance(output, tuple) else output
+            self.current[index] = hidden[:, -1, :].detach()
+        return hook
+
+    def model_hook(self, module, args, kwargs, output):
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        if self.prev_logp is not None:
+            self.token_logp.append(self.prev_logp.gather(1, input_ids[:, -1:]).squeeze(1))
+        self.prev_logp = torch.log_softmax(output.logits[:, -1, :].float(), dim=-1)
+        self.steps.append(torch.stack(self.current, dim=1))  # [B, L, d]
+
+    def finish(self, last_tokens: torch.Tensor) -> None:
+        self.token_logp.append(self.prev_logp.gather(1, last_tokens[:, None]).squeeze(1))
+
+
+@contextmanager
+def _hooks(llm: LLM, recorder: _Recorder) -> Iterator[None]:
+    handles = [layer.register_forward_hook(recorder.layer_hook(i)) for i, layer in enumerate(llm.layers)]
+    handles.append(llm.model.register_forward_hook(recorder.model_hook, with_kwargs=True))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _generate(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> tuple[torch.Tensor, int]:
+    ids, mask = _left_pad(prompts, llm.tokenizer.pad_token_id, llm.device)
+    config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, num_beams=1,
+                              pad_token_id=llm.tokenizer.pad_token_id, eos_token_id=llm.eos_ids())
+    stop = StoppingCriteriaList([_StopAtCall(llm.tokenizer, ids.shape[1], len(prompts))])
+    out = llm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stop)
+    return out[:, ids.shape[1]:], ids.shape[1]
+
+
+def truncate(tokenizer, ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int], list[tuple[int, int]], str]:
+    """Cut ids at EOS (excluded) and at the call's stop; return kept ids, their char offsets, the text."""
+    ids = list(ids)
+    for i, token in enumerate(ids):
+        if token in eos_ids:
+            ids = ids[:i]
+            break
+    ends = [len(tokenizer.decode(ids[:n], skip_special_tokens=True, clean_up_tokenization_spaces=False))
+            for n in range(1, len(ids) + 1)]
+    full = tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    stop = stop_offset(full)
+    if stop is not None:
+        keep = next((n for n, end in enumerate(ends, 1) if end >= stop), len(ids))
+        ids, ends = ids[:keep], ends[:keep]
+    starts = [0] + ends[:-1]
+    text = tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    return ids, list(zip(starts, ends)), text
+
+
+@torch.inference_mode()
+def lens_argmax(llm: LLM, states: torch.Tensor) -> torch.Tensor:
+    """Argmax token of the logit lens for rows of hidden states [N, d], in row chunks."""
+    out = torch.empty(states.shape[0], dtype=torch.long, device=states.device)
+    for lo in range(0, states.shape[0], LENS_ROWS):
+        out[lo:lo + LENS_ROWS] = llm.lens_logits(states[lo:lo + LENS_ROWS]).argmax(dim=-1)
+    return out
+
+
+@torch.inference_mode()
+def generate_plain(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> torch.Tensor:
+    """Plain greedy generation with the same stopping rule (the speed baseline)."""
+    return _generate(llm, prompts, max_new_tokens)[0]
+
+
+@torch.inference_mode()
+def generate_batch(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[Generation]:
+    """Greedy generation of a batch with single-pass capture of every layer."""
+    recorder = _Recorder(llm.n_layers)
+    with _hooks(llm, recorder):
+        generated, _ = _generate(llm, prompts, max_new_tokens)
+    recorder.finish(generated[:, -1])
+    steps = torch.stack(recorder.steps[: generated.shape[1]], dim=1)  # [B, S, L, d]
+    probs = torch.stack(recorder.token_logp[: generated.shape[1]], dim=1).exp()  # [B, S]
+    kept = [truncate(llm.tokenizer, row.tolist(), llm.eos_ids()) for row in generated]
+    lengths = [len(ids) for ids, _, _ in kept]
+    n_lens = llm.n_layers - 1
+    rows = torch.cat([steps[b, :n, :n_lens].reshape(-1, steps.shape[-1]) for b, n in enumerate(lengths)])
+    lens = lens_argmax(llm, rows).cpu().numpy() if len(rows) else np.zeros(0, dtype=np.int64)
+    results, cursor = [], 0
+    for b, (ids, offsets, text) in enumerate(kept):
+        n = lengths[b]
+        block = lens[cursor:cursor + n * n_lens].reshape(n, n_lens).T.astype(np.int32)
+        cursor += n * n_lens
+        results.append(Generation(
+            token_ids=ids, token_probs=probs[b, :n].cpu().numpy().astype(np.float64), text=text,
+            offsets=offsets, lens_ids=block, states=steps[b, : max(n, 1)].float().cpu().numpy(),
+        ))
+    return results

@@ -1,0 +1,116 @@
+"""Load a causal LM and expose the parts the logit lens needs (layers, final norm, unembedding)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from mice_exp.errors import UserError
+from mice_exp.llm.assets import converted_dir
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LLM:
+    """A loaded model with handles on its decoder layers, final norm and unembedding."""
+
+    model: Any
+    tokenizer: Any
+    name: str
+    device: torch.device
+
+    @property
+    def layers(self) -> Any:
+        return self.model.get_decoder().layers
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.model.config.get_text_config().hidden_size
+
+    @property
+    def final_norm(self) -> torch.nn.Module:
+        return self.model.get_decoder().norm
+
+    @property
+    def softcap(self) -> float | None:
+        """Gemma's final logit softcap, applied after the unembedding (None for most models)."""
+        return getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def lens_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logit lens: the model's own final norm, unembedding and logit post-processing."""
+        logits = self.model.get_output_embeddings()(self.final_norm(hidden))
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+    def eos_ids(self) -> list[int]:
+        ids = self.model.generation_config.eos_token_id
+        ids = [ids] if isinstance(ids, int) else list(ids or [])
+        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in ids:
+            ids.append(self.tokenizer.eos_token_id)
+        return ids
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"llm.device={name} but no CUDA device is visible; expected llm.device=cpu or auto")
+    return torch.device(name)
+
+
+def _random_model(cfg: Mapping[str, Any], tokenizer: Any) -> Any:
+    """A small random-weight model built from a config (tests and speed benchmarks)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    arch = dict(cfg["architecture"])
+    model_type = arch.pop("model_type")
+    config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **arch)
+    torch.manual_seed(int(cfg.get("seed", 0)))
+    return AutoModelForCausalLM.from_config(config)
+
+
+def load_llm(cfg: Mapping[str, Any], models_cache: Path) -> LLM:
+    """Build the model described by a ``conf/llm`` entry (packaged GGUF, hub id / path, or random)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = cfg["source"]
+    kind = source["kind"]
+    dtype = _DTYPES.get(cfg.get("dtype", "float32"))
+    if dtype is None:
+        raise UserError(f"llm.dtype={cfg.get('dtype')!r}; expected one of {sorted(_DTYPES)}")
+    device = resolve_device(cfg.get("device", "cpu"))
+    if kind == "gguf_package":
+        folder = converted_dir(source, models_cache)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    elif kind == "pretrained":
+        path = source["path"]
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        except OSError as error:
+            raise UserError(f"llm.source.path={path!r} could not be loaded ({error.__class__.__name__}); "
+                            "expected a local model folder or a hub id whose weights are present") from None
+    elif kind == "random":
+        tokenizer = AutoTokenizer.from_pretrained(converted_dir(source["tokenizer"], models_cache))
+        model = _random_model(source, tokenizer).to(dtype)
+    else:
+        raise UserError(f"llm.source.kind={kind!r}; expected gguf_package, pretrained or random")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model.to(device).eval()
+    return LLM(model=model, tokenizer=tokenizer, name=cfg["name"], device=device)

@@ -1,0 +1,74 @@
+"""Few-shot tool-call prompts in the STE / MICE format.
+
+The prompt shows STE's instructions with the API descriptions of the gold API and of
+the demonstrations' APIs, then k retrieved demonstrations (least similar first, so the
+most similar sits next to the query), then the query. Models with a chat template get
+it as system + user turns; base models get the same text plainly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Mapping, Sequence
+
+from mice_exp.errors import UserError
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Token ids of one prompt and how many demonstrations had to be dropped to fit."""
+
+    ids: list[int]
+    n_demos: int
+    dropped: int
+
+
+def load_template(name: str) -> str:
+    """A template shipped in ``mice_exp/llm/templates`` (by file name) or a path to one."""
+    shipped = resources.files("mice_exp.llm").joinpath("templates", name)
+    if shipped.is_file():
+        return shipped.read_text(encoding="utf-8")
+    try:
+        with open(name, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        raise UserError(f"prompt template {name!r} not found; expected a file in mice_exp/llm/templates or a path") from None
+
+
+def _unique(items: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def render_text(example: Any, demos: Sequence[Any], template: str) -> str:
+    """The user-turn text: instructions with tool descriptions, demonstrations, the query."""
+    tools = _unique([example.tools] + [d.tools for d in demos])
+    names = _unique(list(example.tool_names) + [n for d in demos for n in d.tool_names])
+    head = template.format(api_descriptions="\n\n".join(tools), api_names="\n".join(names))
+    shots = "".join(f"User Query: {d.query}\n{d.demo}\n\n" for d in reversed(demos))
+    return f"{head}\n\n{shots}User Query: {example.query}\n"
+
+
+def encode(tokenizer: Any, text: str, system: str, chat: bool) -> list[int]:
+    if chat:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
+        out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(out["input_ids"] if isinstance(out, Mapping) else out)
+    return tokenizer(f"{system}\n\n{text}", add_special_tokens=True)["input_ids"]
+
+
+def build_prompt(example: Any, demos: Sequence[Any], tokenizer: Any, cfg: Mapping[str, Any], budget: int) -> Prompt:
+    """Encode ``example`` with ``demos`` (most similar first), dropping the least similar until it fits ``budget`` tokens."""
+    template = load_template(cfg["template"])
+    system = load_template(cfg["system"]).strip()
+    chat = bool(cfg.get("chat_template", True)) and bool(getattr(tokenizer, "chat_template", None))
+    kept = list(demos)
+    while True:
+        ids = encode(tokenizer, render_text(example, kept, template), system, chat)
+        if len(ids) <= budget or not kept:
+            break
+        kept.pop()
+    if len(ids) > budget:
+        raise UserError(f"example {example.id}: the prompt without demonstrations has {len(ids)} tokens, "
+                        f"more than the {budget} the context window leaves; expected a larger llm.context_window")
+    return Prompt(ids=ids, n_demos=len(kept), dropped=len(demos) - len(kept))

@@ -1,0 +1,36 @@
+"""Shared fixtures: the project's model cache (conversions are reused across tests) and tiny models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from mice_exp.paths import PACKAGE_ROOT
+
+CONF = PACKAGE_ROOT / "conf"
+MODELS_CACHE = PACKAGE_ROOT / ".cache" / "models"
+
+
+def llm_conf(name: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONF / "llm" / f"{name}.yaml"), resolve=True)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """SmolLM2's tokenizer (the one tiny_random borrows)."""
+    from transformers import AutoTokenizer
+
+    from mice_exp.llm.assets import converted_dir
+
+    tok = AutoTokenizer.from_pretrained(converted_dir(llm_conf("tiny_random")["source"]["tokenizer"], MODELS_CACHE))
+    tok.padding_side = "left"
+    return tok
+
+
+@pytest.fixture(scope="session")
+def tiny_llm():
+    from mice_exp.llm.model import load_llm
+
+    return load_llm(llm_conf("tiny_random"), MODELS_CACHE)

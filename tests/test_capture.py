@@ -1,0 +1,78 @@
+"""Single-pass capture against a slow reference that re-runs each sequence layer by layer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mice_exp.llm.capture import generate_batch
+from mice_exp.llm.model import LLM
+
+
+def reference(llm: LLM, prompt: list[int], generated: list[int]):
+    """Full forward over prompt + y (no padding): lens argmax per layer and chosen-token probabilities."""
+    ids = torch.tensor([prompt + generated])
+    with torch.no_grad():
+        out = llm.model(ids, output_hidden_states=True)
+    positions = range(len(prompt) - 1, len(prompt) - 1 + len(generated))
+    lens = []
+    for layer in range(1, llm.n_layers):  # hidden_states[i] = output of layer i (pre-norm) for i < L
+        rows = []
+        for t in positions:
+            logits = llm.model.get_output_embeddings()(llm.final_norm(out.hidden_states[layer][0, t]))
+            if llm.softcap:
+                logits = torch.tanh(logits / llm.softcap) * llm.softcap
+            rows.append(int(logits.argmax()))
+        lens.append(rows)
+    probs = torch.softmax(out.logits[0].double(), -1)
+    chosen = [float(probs[t, tok]) for t, tok in zip(positions, generated)]
+    greedy = [int(out.logits[0, t].argmax()) for t in positions]
+    return np.array(lens), np.array(chosen), greedy
+
+
+def make_llm(tokenizer, model_type: str, **extra) -> LLM:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                                  num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                                  head_dim=16, tie_word_embeddings=True, **extra)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(8.0)  # sharper logits than the tiny init, so argmaxes are well separated
+            else:
+                p.uniform_(-0.9, 0.9)  # a non-trivial norm scale: a lens that skips the norm would differ
+    return LLM(model=model, tokenizer=tokenizer, name=model_type, device=torch.device("cpu"))
+
+
+PROMPTS = ["User Query: what is 2+2?\nAction:", "Hello", "User Query: weather in Paris tomorrow please\n"]
+
+
+@pytest.mark.parametrize("model_type,extra", [("llama", {}), ("gemma3_text", {"final_logit_softcapping": 3.0})])
+def test_logit_lens_equals_slow_layer_by_layer_reference(tokenizer, model_type, extra):
+    llm = make_llm(tokenizer, model_type, **extra)
+    prompts = [tokenizer(p)["input_ids"] for p in PROMPTS]  # different lengths: exercises left padding
+    gens = generate_batch(llm, prompts, max_new_tokens=12)
+    for prompt, gen in zip(prompts, gens):
+        assert len(gen.token_ids) > 0
+        lens, chosen, greedy = reference(llm, prompt, gen.token_ids)
+        assert gen.token_ids == greedy  # greedy decoding
+        assert lens.shape == (llm.n_layers - 1, len(gen.token_ids))
+        np.testing.assert_array_equal(gen.lens_ids, lens)
+        np.testing.assert_allclose(gen.token_probs, chosen, rtol=1e-6)
+
+
+def test_softcap_changes_nothing_but_is_applied(tokenizer):
+    llm = make_llm(tokenizer, "gemma3_text", final_logit_softcapping=3.0)
+    hidden = torch.randn(2, 64, dtype=torch.float64)
+    logits = llm.lens_logits(hidden)
+    assert logits.abs().max() <= 3.0
+
+
+def test_states_cover_every_layer_at_every_kept_position(tiny_llm, tokenizer):
+    gens = generate_batch(tiny_llm, [tokenizer("Action:")["input_ids"]], max_new_tokens=5)
+    gen = gens[0]
+    assert gen.states.shape == (max(len(gen.token_ids), 1), tiny_llm.n_layers, tiny_llm.hidden_size)
