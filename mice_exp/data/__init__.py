@@ -1,0 +1,54 @@
+"""Tool-calling data sets as :class:`Example` records, with labels, splits and demo retrieval.
+
+``load_dataset`` turns a ``conf/dataset/*.yaml`` config into examples; the rest of the
+pipeline only sees :class:`Example`, so adding a data set means adding a loader here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf.errors import MissingMandatoryValue
+
+from mice_exp.data.bfcl import load_bfcl
+from mice_exp.data.jsonl import load_jsonl
+from mice_exp.data.records import Example
+from mice_exp.data.splits import select_apis
+from mice_exp.data.ste import load_ste, resolve_ste_path
+from mice_exp.errors import UserError
+
+__all__ = ["Example", "load_dataset"]
+
+DATASETS = ("bfcl", "jsonl", "ste")
+
+
+def load_dataset(cfg: Mapping[str, Any], project_root: Path, cache_dir: Path) -> list[Example]:
+    """Load the data set named by ``cfg["name"]``, restricted to ``cfg["apis"]`` / ``cfg["max_apis"]``.
+
+    Relative paths in the config are relative to ``project_root``; downloads go to
+    ``cache_dir``.
+    """
+    name = _get(cfg, "name")
+    if name == "ste":
+        path = resolve_ste_path(_get(cfg, "path"), project_root, cache_dir, _get(cfg, "url"), _get(cfg, "sha256"))
+        examples = load_ste(path)
+    elif name == "bfcl":
+        examples = load_bfcl(_get(cfg, "categories"))
+    elif name == "jsonl":
+        path = _get(cfg, "path")
+        if path is None:
+            raise UserError("dataset.path is null; expected the path of a JSON-lines file")
+        examples = load_jsonl(project_root / Path(path))
+    else:
+        raise UserError(f"dataset.name={name!r}: expected one of {list(DATASETS)}")
+    return select_apis(examples, cfg.get("apis"), cfg.get("max_apis"))
+
+
+def _get(cfg: Mapping[str, Any], key: str) -> Any:
+    """``cfg[key]``, with a missing or unset (``???``) key reported as a UserError."""
+    try:
+        return cfg[key]
+    except (KeyError, MissingMandatoryValue) as error:
+        raise UserError(f"dataset.{key} is not set; add it to the dataset config or pass dataset.{key}=...") from error

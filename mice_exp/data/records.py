@@ -1,0 +1,37 @@
+"""The one record type every loader produces, so later stages never see dataset formats."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Example:
+    """One tool-calling query with its allowed tools and gold call.
+
+    ``dataset`` selects the labeler (see :mod:`mice_exp.data.labels`); ``api`` is the
+    stratum for splits and leave-one-API-out (STE: gold API; BFCL: category; jsonl: its
+    ``api`` field).
+    """
+
+    id: str  # stable, unique: "<dataset>/<api>/<index>"
+    dataset: str  # "ste" | "bfcl" | "jsonl"
+    api: str
+    query: str
+    tools: str  # tool descriptions exactly as shown in the prompt
+    tool_names: tuple[str, ...]  # names allowed after "Action:"
+    gold: Any  # dataset-specific gold (JSON-serialisable)
+    demo: str  # the gold call as a demonstration: 'Action: <api>\nAction Input: <json>'
+
+
+def format_demo(action: str, action_input: str | dict[str, Any]) -> str:
+    """Render a gold call in STE's ``Action`` / ``Action Input`` format.
+
+    A string ``action_input`` is kept verbatim so STE demonstrations look exactly as in
+    STE; a dict is written as compact JSON.
+    """
+    if not isinstance(action_input, str):
+        action_input = json.dumps(action_input, ensure_ascii=False)
+    return f"Action: {action}\nAction Input: {action_input}"

