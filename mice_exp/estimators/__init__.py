@@ -1,0 +1,26 @@
+"""Confidence estimators: sklearn classifiers whose predict_proba[:, 1] is P(the tool call is correct).
+
+Each class says through ``input_kind`` whether it reads the raw confidence ("confidence", one
+column) or the feature view ("features"). Build them from ``conf/estimator/<name>.yaml`` with
+``hydra.utils.instantiate(cfg.estimator.model)``.
+"""
+
+from mice_exp.estimators.base import ConfidenceEstimator, FallbackWarning
+from mice_exp.estimators.histogram import HistogramRegression
+from mice_exp.estimators.kernel import KernelRegression
+from mice_exp.estimators.mice import MiceLogisticRegression, MiceRandomForest
+from mice_exp.estimators.raw import RawConfidence
+from mice_exp.estimators.recalibration import IsotonicCalibration, PlattScaling, TemperatureScaling
+
+__all__ = [
+    "ConfidenceEstimator",
+    "FallbackWarning",
+    "HistogramRegression",
+    "IsotonicCalibration",
+    "KernelRegression",
+    "MiceLogisticRegression",
+    "MiceRandomForest",
+    "PlattScaling",
+    "RawConfidence",
+    "TemperatureScaling",
+]

@@ -1,0 +1,57 @@
+"""Metrics for confidence estimators: calibration, tool-calling utility (MICE) and euro (ACUTE).
+
+Depends on nothing else in mice_exp, so estimators and reports can both build on it.
+"""
+
+from mice_exp.metrics.calibration import accuracy, auroc, binned_ece, brier, smece
+from mice_exp.metrics.euro import auc_euro, euro, euro_curve
+from mice_exp.metrics.evaluate import evaluate
+from mice_exp.metrics.permutation import PermutationResult, permutation_test
+from mice_exp.metrics.policies import (
+    TRIVIAL_POLICIES,
+    always_abstain,
+    always_execute,
+    base_rate,
+    oracle,
+)
+from mice_exp.metrics.utility import (
+    HIGH,
+    LOW,
+    MEDIUM,
+    PAPER_RISKS,
+    TAU_GRID,
+    Risk,
+    auc_etcu,
+    etcu,
+    etcu_curve,
+    mbr_threshold,
+)
+
+__all__ = [
+    "HIGH",
+    "LOW",
+    "MEDIUM",
+    "PAPER_RISKS",
+    "TAU_GRID",
+    "TRIVIAL_POLICIES",
+    "PermutationResult",
+    "Risk",
+    "accuracy",
+    "always_abstain",
+    "always_execute",
+    "auc_etcu",
+    "auc_euro",
+    "auroc",
+    "base_rate",
+    "binned_ece",
+    "brier",
+    "etcu",
+    "etcu_curve",
+    "euro",
+    "euro_curve",
+    "evaluate",
+    "mbr_threshold",
+    "oracle",
+    "permutation_test",
+    "smece",
+]

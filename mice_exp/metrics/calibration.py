@@ -1,0 +1,46 @@
+"""Calibration and discrimination scores of confidences p against correctness labels y."""
+
+from __future__ import annotations
+
+import numpy as np
+import relplot
+from numpy.typing import ArrayLike
+from sklearn.metrics import roc_auc_score
+
+from mice_exp.metrics.binning import equal_width_bins
+from mice_exp.metrics.validation import check_labels, check_pair
+
+
+def smece(p: ArrayLike, y: ArrayLike) -> float:
+    """Smooth ECE (Błasiok & Nakkiran 2024) via relplot, the reference implementation MICE used."""
+    p, y = check_pair(p, y)
+    return float(relplot.smECE(p, y.astype(float)))
+
+
+def binned_ece(p: ArrayLike, y: ArrayLike, n_bins: int = 15) -> float:
+    """Histogram ECE: bin-size-weighted |accuracy - mean confidence| over equal-width bins.
+
+    Uses the same bins as the histogram estimator ([k/n, (k+1)/n), last bin closed).
+    """
+    p, y = check_pair(p, y)
+    gap_sums = np.bincount(equal_width_bins(p, n_bins), weights=p - y, minlength=n_bins)
+    return float(np.abs(gap_sums).sum() / p.size)
+
+
+def brier(p: ArrayLike, y: ArrayLike) -> float:
+    """Mean squared error of the confidences, rewarding calibration and sharpness together."""
+    p, y = check_pair(p, y)
+    return float(np.mean((p - y) ** 2))
+
+
+def auroc(p: ArrayLike, y: ArrayLike) -> float:
+    """Area under the ROC curve; NaN when y has a single class, where ranking is undefined."""
+    p, y = check_pair(p, y)
+    if np.unique(y).size < 2:
+        return float("nan")
+    return float(roc_auc_score(y, p))
+
+
+def accuracy(y: ArrayLike) -> float:
+    """Base rate of correct calls: what a constant confidence would have to predict."""
+    return float(check_labels(y).mean())

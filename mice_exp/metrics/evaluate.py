@@ -1,0 +1,38 @@
+"""Every score of one estimator on one split, as a flat dict ready for MLflow's log_metrics."""
+
+from __future__ import annotations
+
+import re
+
+from numpy.typing import ArrayLike
+
+from mice_exp.metrics.calibration import accuracy, auroc, binned_ece, brier, smece
+from mice_exp.metrics.euro import auc_euro, euro
+from mice_exp.metrics.utility import Risk, auc_etcu, etcu
+from mice_exp.metrics.validation import check_pair
+
+# A subset of what MLflow accepts in metric keys, so names also stay valid file and column names.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def evaluate(p: ArrayLike, y: ArrayLike, risks: dict[str, Risk]) -> dict[str, float]:
+    """smece, ece, brier, auroc, accuracy, etcu_<risk>..., auc_etcu, euro_<risk>..., auc_euro.
+
+    euro at a risk uses u_ca = risk.tau, the threshold that risk sets for the MBR policy.
+    """
+    for name in risks:
+        if not _SAFE_NAME.fullmatch(name):
+            raise ValueError(f"risk name {name!r} must use only letters, digits, '_', '-' and '.'")
+    p, y = check_pair(p, y)
+    scores = {
+        "smece": smece(p, y),
+        "ece": binned_ece(p, y),
+        "brier": brier(p, y),
+        "auroc": auroc(p, y),
+        "accuracy": accuracy(y),
+    }
+    scores.update({f"etcu_{name}": etcu(p, y, risk) for name, risk in risks.items()})
+    scores["auc_etcu"] = auc_etcu(p, y)
+    scores.update({f"euro_{name}": euro(p, y, risk.tau) for name, risk in risks.items()})
+    scores["auc_euro"] = auc_euro(p, y)
+    return scores

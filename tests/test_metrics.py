@@ -1,0 +1,314 @@
+"""Metrics pinned on hand-computed cases from MICE §3, ACUTE's euro and relplot's smECE."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+import relplot
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from mice_exp.metrics import (
+    HIGH,
+    LOW,
+    MEDIUM,
+    PAPER_RISKS,
+    TAU_GRID,
+    Risk,
+    accuracy,
+    always_abstain,
+    always_execute,
+    auc_etcu,
+    auc_euro,
+    auroc,
+    base_rate,
+    binned_ece,
+    brier,
+    etcu,
+    etcu_curve,
+    euro,
+    euro_curve,
+    evaluate,
+    mbr_threshold,
+    oracle,
+    permutation_test,
+    smece,
+)
+
+RISK_CONF = Path(__file__).resolve().parents[1] / "conf" / "risk"
+
+# Five tool calls: three correct (y = 1), two wrong.
+P = np.array([0.95, 0.7, 0.6, 0.3, 0.05])
+Y = np.array([1, 1, 0, 1, 0])
+
+
+def random_case(seed: int, n: int = 300) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.random(n), rng.integers(0, 2, n)
+
+
+# --- thresholds (Eq. 2 and Eq. 3) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("risk", "tau"), [(LOW, 0.1), (MEDIUM, 0.5), (HIGH, 0.9)])
+def test_the_three_mice_settings_give_their_table_1_thresholds(risk: Risk, tau: float) -> None:
+    assert risk.tau == tau
+
+
+def test_eq2_in_general() -> None:
+    # (tn - fp) / ((tp - fn) + (tn - fp)) = (0.5 + 3) / ((2 + 0.5) + (0.5 + 3)) = 3.5 / 6
+    assert mbr_threshold(tp=2, fp=-3, tn=0.5, fn=-0.5) == pytest.approx(3.5 / 6)
+
+
+@pytest.mark.parametrize("fp", [-1 / 9, -0.25, -1.0, -4.0, -9.0])
+def test_eq3_is_eq2_with_tp_1_and_tn_fn_0(fp: float) -> None:
+    assert Risk(tp=1, fp=fp, tn=0, fn=0).tau == pytest.approx(fp / (fp - 1), abs=1e-12)
+
+
+def test_threshold_ignores_positive_scaling_and_shifting_of_utilities() -> None:
+    scaled = Risk(tp=3 * 1 + 7, fp=3 * -4 + 7, tn=3 * 0 + 7, fn=3 * 0 + 7)
+    assert scaled.tau == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize(
+    "utilities", [dict(tp=0, fp=-1, tn=0, fn=0), dict(tp=1, fp=0.5, tn=0, fn=0)]
+)
+def test_utilities_without_a_decision_to_make_are_rejected(utilities: dict) -> None:
+    with pytest.raises(ValueError, match="tp > fn and tn > fp"):
+        Risk(**utilities)
+
+
+@pytest.mark.parametrize(("name", "tau"), [("low", 0.1), ("medium", 0.5), ("high", 0.9), ("custom", 0.8)])
+def test_risk_configs_build_risks_with_their_thresholds(name: str, tau: float) -> None:
+    cfg = OmegaConf.load(RISK_CONF / f"{name}.yaml")
+    risk = Risk(tp=cfg.tp, fp=cfg.fp, tn=cfg.tn, fn=cfg.fn)
+    assert cfg.name == name
+    assert risk.tau == tau
+    if name in PAPER_RISKS:
+        assert risk == PAPER_RISKS[name]
+
+
+# --- expected tool-calling utility --------------------------------------------------------
+
+
+def test_etcu_by_hand() -> None:
+    # tau 0.1 executes all but 0.05: three right (+1 each), one wrong (-1/9): (3 - 1/9) / 5
+    assert etcu(P, Y, LOW) == pytest.approx(26 / 45)
+    # tau 0.5 executes 0.95, 0.7 (right) and 0.6 (wrong, -1): (2 - 1) / 5
+    assert etcu(P, Y, MEDIUM) == pytest.approx(0.2)
+    # tau 0.9 executes only 0.95 (right): 1 / 5
+    assert etcu(P, Y, HIGH) == pytest.approx(0.2)
+
+
+def test_etcu_with_nonzero_tn_and_fn() -> None:
+    risk = Risk(tp=2, fp=-3, tn=1, fn=-0.5)  # tau = 4 / 6.5 = 0.615: executes 0.95 and 0.7
+    # two right calls executed (+2 each), 0.6 and 0.05 wrong and avoided (+1 each), 0.3 right but skipped
+    assert etcu(P, Y, risk) == pytest.approx((2 + 2 + 1 + 1 - 0.5) / 5)
+
+
+def test_confidence_equal_to_tau_abstains() -> None:
+    assert etcu([0.1], [0], LOW) == 0.0  # would be -1/9 if it executed
+    assert etcu([0.5], [1], MEDIUM) == 0.0  # would be 1 if it executed
+    assert etcu([0.9], [0], HIGH) == 0.0
+
+
+def test_curve_at_the_paper_thresholds_matches_the_paper_settings() -> None:
+    # Eq. 3 inverted (fp = tau / (tau - 1)) must agree with the Eq. 2 risks it came from.
+    curve = etcu_curve(P, Y, [0.1, 0.5, 0.9])
+    np.testing.assert_allclose(curve, [etcu(P, Y, LOW), etcu(P, Y, MEDIUM), etcu(P, Y, HIGH)])
+
+
+def test_auc_etcu_by_hand() -> None:
+    # Both calls right: utility 1 for tau < 0.25 (249 grid points), 1/2 for 0.25 <= tau < 0.75
+    # (500 points), 0 after: (249 + 250) / 999.
+    assert auc_etcu([0.25, 0.75], [1, 1]) == pytest.approx(499 / 999)
+
+
+def test_auc_etcu_of_always_executing_a_wrong_call() -> None:
+    # Utility fp = -k / (1000 - k) at tau = k / 1000; summing gives 1000 * H_999 - 999.
+    harmonic_999 = np.sum(1 / np.arange(1, 1000))
+    assert auc_etcu([1.0], [0]) == pytest.approx(-(1000 * harmonic_999 - 999) / 999)
+
+
+def test_oracle_utility_is_the_accuracy_at_every_risk() -> None:
+    _, y = random_case(0)
+    np.testing.assert_allclose(etcu_curve(oracle(y), y), accuracy(y))
+    assert auc_etcu(oracle(y), y) == pytest.approx(accuracy(y))
+
+
+def test_always_abstain_scores_zero_everywhere() -> None:
+    _, y = random_case(1)
+    assert np.all(etcu_curve(always_abstain(y), y) == 0)
+    assert auc_etcu(always_abstain(y), y) == 0
+
+
+def test_always_execute_pays_every_wrong_call() -> None:
+    _, y = random_case(2)
+    acc = accuracy(y)
+    np.testing.assert_allclose(
+        etcu_curve(always_execute(y), y), acc + (1 - acc) * TAU_GRID / (TAU_GRID - 1)
+    )
+
+
+def test_base_rate_executes_until_tau_reaches_the_accuracy() -> None:
+    y = np.array([1, 1, 1, 0])  # accuracy 0.75
+    curve = etcu_curve(base_rate(y), y)
+    below = TAU_GRID < 0.75
+    np.testing.assert_allclose(curve[below], etcu_curve(always_execute(y), y)[below])
+    assert np.all(curve[~below] == 0)
+
+
+# --- euro ---------------------------------------------------------------------------------
+
+
+def test_euro_by_hand() -> None:
+    p, y = [0.9, 0.6, 0.2], [1, 0, 0]
+    # u_ca = 0.5 executes 0.9 (tp) and 0.6 (fp), avoids 0.2: (1 + 0.5 (1 - 1)) / (1 + 0.5 (2 - 1))
+    assert euro(p, y, 0.5) == pytest.approx(2 / 3)
+    # u_ca = 0.7 executes only 0.9, like the oracle
+    assert euro(p, y, 0.7) == pytest.approx(1.0)
+
+
+def test_euro_at_zero_risk_is_the_fraction_of_correct_calls_executed() -> None:
+    assert euro([0.0, 0.5], [1, 1], 0.0) == pytest.approx(0.5)
+
+
+def test_euro_of_the_oracle_is_one_at_every_risk_including_the_ends() -> None:
+    _, y = random_case(3)
+    np.testing.assert_allclose(euro_curve(oracle(y), y, np.linspace(0, 1, 101)), 1.0)
+    assert auc_euro(oracle(y), y) == pytest.approx(1.0)
+
+
+def test_euro_is_one_where_even_the_oracle_gains_nothing() -> None:
+    assert euro([0.3, 0.8], [0, 0], 0.0) == 1.0  # u_ca = 0 and no correct call to execute
+    assert euro([0.3, 0.8], [1, 1], 1.0) == 1.0  # u_ca = 1 and no wrong call to avoid
+
+
+def test_euro_of_always_abstaining_is_the_share_of_avoidance_utility() -> None:
+    y = np.array([1, 1, 1, 0])
+    # It gets u_ca for the wrong call only; the oracle also gets (1 - u_ca) for the three right ones.
+    assert euro(always_abstain(y), y, 0.2) == pytest.approx(0.2 / (3 * 0.8 + 0.2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 1, allow_nan=False), st.integers(0, 1)), min_size=1, max_size=40
+    ),
+    st.floats(0, 1, allow_nan=False),
+)
+def test_euro_lies_between_zero_and_one(pairs: list[tuple[float, int]], u_ca: float) -> None:
+    p, y = (np.array(column) for column in zip(*pairs))
+    assert 0.0 <= euro(p, y, u_ca) <= 1.0
+    assert 0.0 <= auc_euro(p, y) <= 1.0
+
+
+# --- calibration --------------------------------------------------------------------------
+
+
+def test_smece_is_relplots() -> None:
+    p, y = random_case(4)
+    assert smece(p, y) == relplot.smECE(p, y.astype(float))
+
+
+def test_binned_ece_by_hand() -> None:
+    # Bins of width 0.1; 0.1 opens bin 1 and 1.0 joins 0.9 in the last bin.
+    p, y = [0.1, 0.1, 0.9, 0.9, 1.0], [0, 1, 1, 1, 0]
+    # bin 1: |0.2 - 1| = 0.8 summed gap; last bin: |2.8 - 2| = 0.8; weighted: 1.6 / 5
+    assert binned_ece(p, y, n_bins=10) == pytest.approx(0.32)
+
+
+def test_binned_ece_is_zero_for_the_base_rate() -> None:
+    y = np.array([1, 0, 1, 1])
+    assert binned_ece(base_rate(y), y) == pytest.approx(0.0)
+
+
+def test_brier_auroc_and_accuracy_by_hand() -> None:
+    p, y = [0.8, 0.4, 0.6, 0.1], [1, 0, 0, 1]
+    assert brier(p, y) == pytest.approx((0.04 + 0.16 + 0.36 + 0.81) / 4)
+    assert auroc(p, y) == pytest.approx(0.5)  # pairs (0.8 > 0.4, 0.6), (0.1 < 0.4, 0.6)
+    assert accuracy(y) == 0.5
+
+
+def test_auroc_is_nan_with_one_class() -> None:
+    assert np.isnan(auroc([0.2, 0.9], [1, 1]))
+
+
+@pytest.mark.parametrize(
+    ("p", "y", "message"),
+    [
+        ([0.5, 0.5], [1], "differ in length"),
+        ([0.5, 1.2], [1, 0], r"\[0, 1\]"),
+        ([0.5, np.nan], [1, 0], "NaN"),
+        ([0.5, 0.5], [1, 2], "only 0 and 1"),
+        ([], [], "empty"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(p: list, y: list, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        brier(p, y)
+
+
+# --- evaluate -----------------------------------------------------------------------------
+
+
+def test_evaluate_reports_every_score_under_mlflow_safe_keys() -> None:
+    p, y = random_case(5)
+    scores = evaluate(p, y, PAPER_RISKS)
+    assert list(scores) == [
+        "smece", "ece", "brier", "auroc", "accuracy",
+        "etcu_low", "etcu_medium", "etcu_high", "auc_etcu",
+        "euro_low", "euro_medium", "euro_high", "auc_euro",
+    ]  # fmt: skip
+    assert scores["etcu_high"] == etcu(p, y, HIGH)
+    assert scores["euro_low"] == euro(p, y, 0.1)
+    assert all(isinstance(value, float) for value in scores.values())
+
+
+def test_evaluate_rejects_risk_names_mlflow_cannot_log() -> None:
+    with pytest.raises(ValueError, match="risk name"):
+        evaluate([0.5], [1], {"very risky!": HIGH})
+
+
+# --- permutation test ---------------------------------------------------------------------
+
+
+def test_permutation_p_values_are_uniform_under_the_null() -> None:
+    # Two estimators drawn from the same distribution: about 5% of tests should reject at 0.05.
+    p_values = []
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        y = rng.integers(0, 2, 30)
+        result = permutation_test(brier, rng.random(30), rng.random(30), y, n_permutations=99, seed=seed)
+        p_values.append(result.p_value)
+    p_values = np.array(p_values)
+    assert 0.02 <= np.mean(p_values <= 0.05) <= 0.09
+    assert 0.4 <= np.mean(p_values) <= 0.6
+
+
+def test_permutation_test_finds_a_planted_difference() -> None:
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 200)
+    informed = np.clip(0.2 + 0.6 * y + rng.normal(0, 0.1, 200), 0, 1)
+    result = permutation_test(auc_etcu, informed, rng.random(200), y)
+    assert result.difference > 0
+    assert result.p_value == pytest.approx(1 / 1001)
+
+
+def test_permutation_test_is_symmetric_in_its_two_estimators() -> None:
+    p_a, y = random_case(6, n=60)
+    p_b = np.clip(p_a + np.random.default_rng(7).normal(0, 0.2, 60), 0, 1)
+    metric = partial(etcu, risk=MEDIUM)
+    forward = permutation_test(metric, p_a, p_b, y, n_permutations=200)
+    backward = permutation_test(metric, p_b, p_a, y, n_permutations=200)
+    assert backward.difference == pytest.approx(-forward.difference)
+    assert backward.p_value == forward.p_value
+
+
+def test_identical_estimators_are_never_significant() -> None:
+    p, y = random_case(8, n=50)
+    assert permutation_test(smece, p, p, y, n_permutations=20).p_value == 1.0
