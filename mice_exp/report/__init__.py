@@ -1,0 +1,1 @@
+"""Reports: figures (and tables) built from results; matplotlib only, no pyplot state."""
