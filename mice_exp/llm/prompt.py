@@ -3,7 +3,8 @@
 The prompt shows STE's instructions with the API descriptions of the gold API and of
 the demonstrations' APIs, then k retrieved demonstrations (least similar first, so the
 most similar sits next to the query), then the query. Models with a chat template get
-it as system + user turns; base models get the same text plainly.
+the demonstrations as earlier user / assistant turns, so the reply imitates their
+format; base models get the same content as one text.
 """
 
 from __future__ import annotations
@@ -40,21 +41,36 @@ def _unique(items: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def render_text(example: Any, demos: Sequence[Any], template: str) -> str:
-    """The user-turn text: instructions with tool descriptions, demonstrations, the query."""
+def render_head(example: Any, demos: Sequence[Any], template: str) -> str:
+    """STE's instructions with the tool descriptions of the example's and the demonstrations' APIs."""
     tools = _unique([example.tools] + [d.tools for d in demos])
     names = _unique(list(example.tool_names) + [n for d in demos for n in d.tool_names])
-    head = template.format(api_descriptions="\n\n".join(tools), api_names="\n".join(names))
+    return template.format(api_descriptions="\n\n".join(tools), api_names="\n".join(names))
+
+
+def chat_messages(example: Any, demos: Sequence[Any], template: str, system: str) -> list[dict[str, str]]:
+    """Instructions as the system turn, each demonstration as a user / assistant exchange, then the query.
+
+    Demonstrations come least similar first, so the most similar sits next to the query.
+    """
+    messages = [{"role": "system", "content": f"{system}\n\n{render_head(example, demos, template)}"}]
+    for demo in reversed(demos):
+        messages += [{"role": "user", "content": f"User Query: {demo.query}"}, {"role": "assistant", "content": demo.demo}]
+    return messages + [{"role": "user", "content": f"User Query: {example.query}"}]
+
+
+def plain_text(example: Any, demos: Sequence[Any], template: str, system: str) -> str:
+    """The same prompt for a base model: one text that the model continues with "Action: ..."."""
     shots = "".join(f"User Query: {d.query}\n{d.demo}\n\n" for d in reversed(demos))
-    return f"{head}\n\n{shots}User Query: {example.query}\n"
+    return f"{system}\n\n{render_head(example, demos, template)}\n\n{shots}User Query: {example.query}\n"
 
 
-def encode(tokenizer: Any, text: str, system: str, chat: bool) -> list[int]:
+def encode(tokenizer: Any, example: Any, demos: Sequence[Any], template: str, system: str, chat: bool) -> list[int]:
     if chat:
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
-        out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        out = tokenizer.apply_chat_template(chat_messages(example, demos, template, system),
+                                            add_generation_prompt=True, tokenize=True)
         return list(out["input_ids"] if isinstance(out, Mapping) else out)
-    return tokenizer(f"{system}\n\n{text}", add_special_tokens=True)["input_ids"]
+    return tokenizer(plain_text(example, demos, template, system), add_special_tokens=True)["input_ids"]
 
 
 def build_prompt(example: Any, demos: Sequence[Any], tokenizer: Any, cfg: Mapping[str, Any], budget: int) -> Prompt:
@@ -64,7 +80,7 @@ def build_prompt(example: Any, demos: Sequence[Any], tokenizer: Any, cfg: Mappin
     chat = bool(cfg.get("chat_template", True)) and bool(getattr(tokenizer, "chat_template", None))
     kept = list(demos)
     while True:
-        ids = encode(tokenizer, render_text(example, kept, template), system, chat)
+        ids = encode(tokenizer, example, kept, template, system, chat)
         if len(ids) <= budget or not kept:
             break
         kept.pop()
