@@ -63,6 +63,12 @@ class LLM:
         return ids
 
 
+def check_dtype(name: str) -> torch.dtype:
+    if name not in _DTYPES:
+        raise UserError(f"llm.dtype={name!r}; expected one of {', '.join(sorted(_DTYPES))}")
+    return _DTYPES[name]
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -88,9 +94,7 @@ def load_llm(cfg: Mapping[str, Any], models_cache: Path) -> LLM:
 
     source = cfg["source"]
     kind = source["kind"]
-    dtype = _DTYPES.get(cfg.get("dtype", "float32"))
-    if dtype is None:
-        raise UserError(f"llm.dtype={cfg.get('dtype')!r}; expected one of {sorted(_DTYPES)}")
+    dtype = check_dtype(cfg.get("dtype", "float32"))
     device = resolve_device(cfg.get("device", "cpu"))
     if kind == "gguf_package":
         folder = converted_dir(source, models_cache)

@@ -1,0 +1,31 @@
+"""Sub-commands of ``mice-exp`` besides the Hydra app (they compose the same configs)."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from mice_exp.errors import UserError
+from mice_exp.paths import project_root
+
+
+def compose_config(overrides: Sequence[str]) -> DictConfig:
+    """The config the Hydra app would see for these overrides."""
+    with initialize_config_dir(config_dir=str(project_root() / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def inspect(argv: Sequence[str]) -> None:
+    """``mice-exp inspect EXAMPLE [overrides]``: per-layer logit-lens strings of one example (MICE Figure 2)."""
+    from mice_exp.llm.inspect import layer_table
+    from mice_exp.run import as_plain
+
+    targets = [a for a in argv if "=" not in a]
+    if len(targets) != 1:
+        raise UserError("usage: mice-exp inspect EXAMPLE_ID_OR_INDEX [hydra overrides]; expected exactly one example")
+    print(layer_table(as_plain(compose_config([a for a in argv if "=" in a])), targets[0]))
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect}

@@ -1,0 +1,110 @@
+"""The estimation stage: fit the configured estimator and its baselines, evaluate them on test.
+
+Every run compares its estimator with the reference rows of MICE Table 1 (raw confidence,
+HRE, NWKR), so each run is a self-contained table and permutation tests have partners.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from mice_exp.errors import UserError
+from mice_exp.features import FeatureSet
+from mice_exp.metrics import PAPER_RISKS, Risk, evaluate, permutation_test
+from mice_exp.metrics.utility import auc_etcu, etcu
+from mice_exp.paths import project_root
+from mice_exp.protocols import get_protocol
+
+TABLE_METRICS = ("smece", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu")
+MARKS = {"hre": "*", "nwkr": "†"}  # MICE Table 1: significance against HRE and NWKR
+
+
+@dataclass
+class Row:
+    key: str
+    name: str
+    estimator: Any  # fitted (holdout) or None (protocols without a single model)
+    p: np.ndarray
+    metrics: dict[str, float]
+    marks: dict[str, str] = field(default_factory=dict)
+
+
+def estimator_config(name: str, seed: int) -> dict[str, Any]:
+    """A ``conf/estimator`` entry by name (for the baseline rows)."""
+    path = project_root() / "conf" / "estimator" / f"{name}.yaml"
+    if not path.exists():
+        raise UserError(f"compare_with lists {name!r}; expected a file conf/estimator/{name}.yaml")
+    return OmegaConf.to_container(OmegaConf.merge({"seed": seed}, OmegaConf.load(path)), resolve=True)
+
+
+def risks_from(cfg_risk: Mapping[str, Any]) -> dict[str, Risk]:
+    """The three paper settings plus the configured one (under its own name)."""
+    risks = dict(PAPER_RISKS)
+    try:
+        risks[cfg_risk["name"]] = Risk(*(float(cfg_risk[k]) for k in ("tp", "fp", "tn", "fn")))
+    except ValueError as error:
+        raise UserError(f"risk={dict(cfg_risk)}: {error}") from None
+    return risks
+
+
+def _metric_fn(name: str, risks: Mapping[str, Risk]):
+    from mice_exp.metrics import smece
+
+    if name == "smece":
+        return lambda p, y: -smece(p, y)  # lower is better: compare negated
+    if name == "auc_etcu":
+        return auc_etcu
+    return lambda p, y: etcu(p, y, risks[name.removeprefix("etcu_")])
+
+
+def run_estimators(cfg: Mapping[str, Any], fs: FeatureSet) -> list[Row]:
+    """Fit each estimator under the configured protocol; metrics on test, permutation marks vs HRE / NWKR."""
+    risks = risks_from(cfg["risk"])
+    protocol = get_protocol(cfg["protocol"]["name"])
+    y = fs.labels[fs.rows("test")]
+    if len(y) == 0:
+        raise UserError("the test split is empty; expected dataset.split.test > 0")
+    entries = [(k, estimator_config(k, cfg["seed"])) for k in cfg["compare_with"]]
+    entries.append((cfg["estimator"]["key"], cfg["estimator"]))
+    rows = []
+    for key, entry in entries:
+        p, fitted = protocol(instantiate(entry["model"]), fs)
+        rows.append(Row(key, entry["name"], fitted, p, evaluate(p, y, risks)))
+    by_key = {r.key: r for r in rows}
+    main = rows[-1]
+    for ref, mark in MARKS.items():
+        if ref in by_key and ref != main.key:
+            for metric in TABLE_METRICS:
+                test = permutation_test(_metric_fn(metric, risks), main.p, by_key[ref].p, y,
+                                        n_permutations=int(cfg["permutations"]), seed=int(cfg["seed"]))
+                main.metrics[f"pvalue_{metric}_vs_{ref}"] = test.p_value
+                if test.p_value < 0.05 and test.difference > 0:
+                    main.marks[metric] = main.marks.get(metric, "") + mark
+    return rows
+
+
+def feature_weights(row: Row, columns: list[str]) -> tuple[np.ndarray, str] | None:
+    """Random-forest importances or logistic-regression coefficients (MICE Figures 5, 6)."""
+    model = getattr(row.estimator, "model_", None)
+    if getattr(row.estimator, "input_kind", None) != "features" or model is None:
+        return None
+    if hasattr(model, "feature_importances_"):
+        return model.feature_importances_, "importance"
+    return model.coef_[0], "coefficient"
+
+
+def table(rows: list[Row], title: str) -> str:
+    """Console table in the layout of MICE Table 1."""
+    head = f"{'Confidence estimator':<28}{'smECE':>9}{'Low':>9}{'Medium':>9}{'High':>9}{'AUC':>9}"
+    lines = [title, head, "-" * len(head)]
+    for row in rows:
+        cells = "".join(f"{row.metrics[m]:>8.3f}{row.marks.get(m, ' '):<1}" for m in TABLE_METRICS)
+        lines.append(f"{row.name:<28}{cells}")
+    lines.append("smECE lower is better; tool-calling utility (Low/Medium/High risk, AUC) higher is better. "
+                 "* / † : significantly better than HRE / NWKR (permutation test, p < 0.05).")
+    return "\n".join(lines)

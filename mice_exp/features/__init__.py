@@ -1,0 +1,91 @@
+"""Feature views over the LLM stage's cache (MICE BERTScore, ACUTE activations) + raw confidence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+from filelock import FileLock
+
+from mice_exp.cache import read_npz, stable_hash, write_npz
+from mice_exp.errors import UserError
+from mice_exp.features.bertscore import bertscore_matrix, encoder_id
+from mice_exp.features.layers import NAMED, select_layers
+from mice_exp.features.pooled import cosine_to_last, layer_pca, mean_pool
+from mice_exp.llm.stage import load_arrays, load_records, summary
+
+VIEWS = ("bertscore", "mean_pool", "cosine", "pca")
+
+
+@dataclass
+class FeatureSet:
+    """Rows aligned with the LLM stage's records: labels, splits, raw confidence and the view's matrix."""
+
+    ids: list[str]
+    apis: np.ndarray
+    splits: np.ndarray
+    labels: np.ndarray
+    confidence: np.ndarray
+    X: np.ndarray
+    columns: list[str]
+    layer_scores: np.ndarray | None  # [N, L-1] BERTScores when the view has them (for figures)
+
+    def rows(self, split: str) -> np.ndarray:
+        return self.splits == split
+
+
+def cached_bertscore(llm_dir: Path, features_cache: Path, records: list[dict], encoder: Mapping[str, Any]) -> np.ndarray:
+    """BERTScores for one LLM-stage cache, computed once per encoder and shared by every job."""
+    path = features_cache / f"{llm_dir.name}-bertscore-{stable_hash(encoder_id(encoder))}.npz"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock"):
+            if not path.exists():
+                ids = np.array([r["id"] for r in records])
+                write_npz(path, {"ids": ids, "f1": bertscore_matrix(records, encoder)})
+    stored = read_npz(path)
+    if list(stored["ids"]) != [r["id"] for r in records]:
+        raise UserError(f"{path} does not match the LLM-stage records; delete it to recompute")
+    return stored["f1"]
+
+
+def check_features(cfg: Mapping[str, Any]) -> None:
+    """Fail fast on an unknown view or layer-selection name."""
+    if cfg["view"] not in VIEWS:
+        raise UserError(f"features.view={cfg['view']!r}; expected one of {', '.join(VIEWS)}")
+    if isinstance(cfg["layers"], str) and cfg["layers"] not in NAMED:
+        raise UserError(f"features.layers={cfg['layers']!r}; expected one of {', '.join(NAMED)} "
+                        "or a list of layer numbers")
+
+
+def build_features(cfg: Mapping[str, Any], llm_dir: Path, features_cache: Path, seed: int = 0) -> FeatureSet:
+    """Assemble the configured view (``conf/features``) for every record of an LLM-stage cache."""
+    check_features(cfg)
+    view = cfg["view"]
+    records = load_records(llm_dir)
+    n_layers = int(summary(llm_dir)["n_layers"])
+    splits = np.array([r["split"] for r in records])
+    scores = None
+    if view == "bertscore":
+        scores = cached_bertscore(llm_dir, features_cache, records, cfg["encoder"])
+        layers = select_layers(cfg["layers"], list(range(1, n_layers)), n_layers)
+        X, columns = scores[:, [i - 1 for i in layers]], [f"bertscore_L{i}" for i in layers]
+    else:
+        pooled = load_arrays(llm_dir, "mean_pool")
+        if view == "cosine":
+            layers = select_layers(cfg["layers"], list(range(1, n_layers)), n_layers)
+            X, columns = cosine_to_last(pooled, layers)
+        else:
+            layers = select_layers(cfg["layers"], list(range(1, n_layers + 1)), n_layers)
+            X, columns = (mean_pool(pooled, layers) if view == "mean_pool" else
+                          layer_pca(pooled, layers, splits == "train", int(cfg["components"]), seed))
+    confidence = np.array([r["raw_confidence"] for r in records])
+    if cfg.get("confidence", True):
+        X, columns = np.column_stack([X, confidence]), columns + ["confidence"]
+    if X.shape[1] == 0:
+        raise UserError(f"features {cfg.get('name')!r} select no layer and no confidence; expected at least one feature")
+    return FeatureSet(ids=[r["id"] for r in records], apis=np.array([r["api"] for r in records]), splits=splits,
+                      labels=np.array([r["label"] for r in records]), confidence=confidence,
+                      X=X.astype(np.float64), columns=columns, layer_scores=scores)

@@ -1,0 +1,61 @@
+"""MICE features: BERTScore F1 between the final output y and each layer's logit-lens string y^(i)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from mice_exp.data.retrieval import default_model_path
+
+
+class _SpecialTokens:
+    """bert-score 0.3.13 calls ``build_inputs_with_special_tokens([])``, which transformers 5 removed.
+
+    It is only used to encode an empty string, so wrap a [CLS]-first / [SEP]-last encoder.
+    """
+
+    def __init__(self, tokenizer: Any):
+        self._tokenizer = tokenizer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+    def build_inputs_with_special_tokens(self, ids: Sequence[int]) -> list[int]:
+        special = self._tokenizer("", add_special_tokens=True)["input_ids"]
+        return special[:1] + list(ids) + special[1:]
+
+
+def make_scorer(encoder: Mapping[str, Any]) -> Any:
+    """A ``bert_score.BERTScorer`` for the configured encoder (default: the packaged all-MiniLM-L6-v2)."""
+    from bert_score import BERTScorer
+
+    model = encoder.get("model") or str(default_model_path())
+    scorer = BERTScorer(model_type=str(model), num_layers=int(encoder["num_layers"]),
+                        batch_size=int(encoder.get("batch_size", 64)), device=encoder.get("device", "cpu"))
+    scorer._tokenizer = _SpecialTokens(scorer._tokenizer)
+    return scorer
+
+
+def bertscore_matrix(records: Sequence[Mapping[str, Any]], encoder: Mapping[str, Any], chunk: int = 32) -> np.ndarray:
+    """[N, L-1] BERTScore F1 of every layer string against the record's final output.
+
+    Pairs of ``chunk`` examples go to bert-score in one call; it deduplicates the strings
+    of a call, so each example's y is encoded once for its L-1 pairs.
+    """
+    scorer = make_scorer(encoder)
+    rows = []
+    for lo in tqdm(range(0, len(records), chunk), desc="BERTScore", unit="chunk"):
+        block = records[lo:lo + chunk]
+        cands = [s for r in block for s in r["layer_strings"]]
+        refs = [r["text"] for r in block for _ in r["layer_strings"]]
+        f1 = scorer.score(cands, refs)[2].numpy() if cands else np.zeros(0)
+        rows.append(f1.reshape(len(block), -1))
+    return np.concatenate(rows).astype(np.float64)
+
+
+def encoder_id(encoder: Mapping[str, Any]) -> str:
+    """What identifies the encoder in a cache key (its path or hub id, and the layer used)."""
+    return f"{encoder.get('model') or Path(default_model_path()).name}:{encoder['num_layers']}"

@@ -1,0 +1,180 @@
+"""The LLM stage: prompt, generate with capture, label, and stream everything to a resumable cache.
+
+Layout of ``<cache>/llm/<llm name>-<key>/``:
+  meta.json            what the key hashes (dataset, split, prompt, LLM, generation)
+  demos.json           retrieved demonstration ids per example
+  shard-NNNNN.npz      per batch: pooled states [B, L, d] (mean / last / first), optional token states
+  shard-NNNNN.jsonl    per batch: one record per example (written last: it marks the shard complete)
+  done.json            summary once every shard exists
+Batches are fixed by (prompt length, id) order, so a killed run recomputes exactly the
+batch it lost and ends with the same records as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from filelock import FileLock
+from tqdm.auto import tqdm
+
+from mice_exp.cache import file_sha256, read_json_if, read_jsonl, read_npz, stable_hash, write_json, write_jsonl, write_npz
+from mice_exp.data import Example, load_dataset
+from mice_exp.data.labels import is_correct
+from mice_exp.data.retrieval import SentenceEncoder, rank_demos
+from mice_exp.data.splits import assign_splits
+from mice_exp.llm.capture import Generation, generate_batch
+from mice_exp.llm.prompt import Prompt, build_prompt
+from mice_exp.llm.toolcall import content_mask, find_spans, parse_call
+from mice_exp.paths import Paths
+
+STAGE_VERSION = 1
+LLM_KEYS = ("source", "dtype", "batch_size", "max_new_tokens", "context_window", "store_token_states")
+
+
+@dataclass
+class Selection:
+    """The examples of a run with their split names."""
+
+    examples: list[Example]
+    splits: dict[str, str]
+
+
+def select_examples(dataset_cfg: Mapping[str, Any], paths: Paths) -> Selection:
+    examples = load_dataset(dataset_cfg, paths.root, paths.data)
+    splits = assign_splits(examples, dataset_cfg["split"], int(dataset_cfg["seed"]))
+    return Selection(examples, splits)
+
+
+def stage_key(cfg: Mapping[str, Any], selection: Selection, device: str) -> dict[str, Any]:
+    """Everything that changes the stage's output, and nothing else."""
+    return {
+        "version": STAGE_VERSION,
+        "dataset": {k: v for k, v in cfg["dataset"].items() if k not in ("path", "url")},
+        "examples": stable_hash([(e.id, e.query, e.tools, e.demo) for e in selection.examples]),
+        "splits": stable_hash(sorted(selection.splits.items())),
+        "retrieval": dict(cfg["retrieval"]),
+        "prompt": dict(cfg["prompt"]),
+        "llm": {k: cfg["llm"][k] for k in LLM_KEYS if k in cfg["llm"]} | {"device": device},
+    }
+
+
+def stage_dir(cfg: Mapping[str, Any], paths: Paths, selection: Selection) -> tuple[Path, dict[str, Any]]:
+    from mice_exp.llm.model import resolve_device
+
+    key = stage_key(cfg, selection, resolve_device(cfg["llm"].get("device", "cpu")).type)
+    return paths.llm / f"{cfg['llm']['name']}-{stable_hash(key)}", key
+
+
+def _record(example: Example, split: str, prompt: Prompt, gen: Generation, lens_text: list[str]) -> dict[str, Any]:
+    call = parse_call(gen.text)
+    mask = content_mask(gen.offsets, find_spans(gen.text))
+    probs = gen.token_probs
+    used = probs[mask] if any(mask) else probs  # unparseable: every generated token counts
+    return {
+        "id": example.id, "api": example.api, "split": split, "dataset": example.dataset,
+        "prompt_tokens": len(prompt.ids), "n_demos": prompt.n_demos, "demos_dropped": prompt.dropped,
+        "text": gen.text, "token_ids": gen.token_ids, "token_probs": probs.tolist(),
+        "offsets": [list(o) for o in gen.offsets], "content_mask": mask,
+        "raw_confidence": float(np.prod(used)) if len(used) else 1.0,
+        "min_probability": float(np.min(used)) if len(used) else 1.0,
+        "pred_api": call.api, "pred_args": call.args, "parse_error": call.parse_error,
+        "label": int(is_correct(example, call.api, call.args)),
+        "layer_strings": lens_text, "lens_ids": gen.lens_ids.tolist(),
+    }
+
+
+def _shard_arrays(gens: Sequence[Generation], store_tokens: bool) -> dict[str, np.ndarray]:
+    arrays = {
+        "mean_pool": np.stack([g.states.mean(axis=0) for g in gens]).astype(np.float32),
+        "last_token": np.stack([g.states[-1] for g in gens]).astype(np.float32),
+        "first_token": np.stack([g.states[0] for g in gens]).astype(np.float32),
+    }
+    if store_tokens:
+        arrays["token_states"] = np.concatenate([g.states for g in gens]).astype(np.float32)
+        arrays["token_counts"] = np.array([len(g.states) for g in gens], dtype=np.int64)
+    return arrays
+
+
+def _demos(out: Path, cfg: Mapping[str, Any], examples: list[Example], k: int) -> dict[str, list[str]]:
+    cached = read_json_if(out / "demos.json")
+    if cached is not None:
+        return cached
+    encoder = SentenceEncoder(cfg["retrieval"]["model"], device=cfg["retrieval"].get("device", "cpu"))
+    demos = rank_demos(examples, k, encoder)
+    write_json(out / "demos.json", demos)
+    return demos
+
+
+def run_llm_stage(cfg: Mapping[str, Any], paths: Paths, llm: Any = None) -> Path:
+    """Compute (or resume, or reuse) the LLM stage; return its cache folder.
+
+    Concurrent jobs with the same key wait on a file lock and then read the result.
+    """
+    selection = select_examples(cfg["dataset"], paths)
+    out, key = stage_dir(cfg, paths, selection)
+    if (out / "done.json").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out / ".lock")):
+        if (out / "done.json").exists():
+            return out
+        write_json(out / "meta.json", key)
+        _compute(cfg, paths, selection, out, llm)
+    return out
+
+
+def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Path, llm: Any) -> None:
+    from mice_exp.llm.model import load_llm
+
+    examples = {e.id: e for e in selection.examples}
+    demos = _demos(out, cfg, selection.examples, int(cfg["prompt"]["k_demos"]))
+    llm = llm or load_llm(cfg["llm"], paths.models)
+    budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
+    prompts = {i: build_prompt(examples[i], [examples[d] for d in demos[i]], llm.tokenizer, cfg["prompt"], budget)
+               for i in tqdm(sorted(examples), desc="prompts", leave=False)}
+    order = sorted(examples, key=lambda i: (len(prompts[i].ids), i))
+    size = int(cfg["llm"]["batch_size"])
+    batches = [order[lo:lo + size] for lo in range(0, len(order), size)]
+    width = max(5, len(str(len(batches))))
+    todo = [(n, b) for n, b in enumerate(batches) if not (out / f"shard-{n:0{width}d}.jsonl").exists()]
+    bar = tqdm(total=len(order), initial=len(order) - sum(len(b) for _, b in todo), desc=f"LLM {llm.name}", unit="ex")
+    for n, batch in todo:
+        gens = generate_batch(llm, [prompts[i].ids for i in batch], int(cfg["llm"]["max_new_tokens"]))
+        lens_text = [llm.tokenizer.batch_decode(g.lens_ids.tolist(), skip_special_tokens=True,
+                                                clean_up_tokenization_spaces=False) for g in gens]
+        name = f"shard-{n:0{width}d}"
+        write_npz(out / f"{name}.npz", _shard_arrays(gens, bool(cfg["llm"].get("store_token_states"))))
+        write_jsonl(out / f"{name}.jsonl", [_record(examples[i], selection.splits[i], prompts[i], g, t)
+                                            for i, g, t in zip(batch, gens, lens_text)])
+        bar.update(len(batch))
+    bar.close()
+    records = load_records(out)
+    labels = [r["label"] for r in records]
+    write_json(out / "done.json", {
+        "examples": len(records), "correct": int(sum(labels)), "accuracy": float(np.mean(labels)),
+        "parse_errors": sum(r["parse_error"] is not None for r in records),
+        "prompts_with_dropped_demos": sum(r["demos_dropped"] > 0 for r in records),
+        "n_layers": llm.n_layers, "hidden_size": llm.hidden_size,
+    })
+
+
+def _shards(out: Path) -> list[Path]:
+    return sorted(out.glob("shard-*.jsonl"))
+
+
+def load_records(out: Path) -> list[dict[str, Any]]:
+    """All records of a finished (or partial) stage, in shard order."""
+    return [row for path in _shards(out) for row in read_jsonl(path)]
+
+
+def load_arrays(out: Path, name: str) -> np.ndarray:
+    """One pooled array ("mean_pool", "last_token", "first_token") aligned with :func:`load_records`."""
+    return np.concatenate([read_npz(path.with_suffix(".npz"))[name] for path in _shards(out)])
+
+
+def summary(out: Path) -> dict[str, Any]:
+    return read_json_if(out / "done.json") or {}
+

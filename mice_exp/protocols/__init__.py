@@ -1,0 +1,50 @@
+"""Which records train an estimator and which it predicts (``conf/protocol``).
+
+A protocol knows nothing about how features are made: it receives a FeatureSet and a
+way to build a fresh estimator, and returns test-row predictions.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from sklearn.base import clone
+
+from mice_exp.errors import UserError
+from mice_exp.features import FeatureSet
+
+PROTOCOLS = ("holdout", "loao")
+
+
+def inputs(estimator, fs: FeatureSet) -> np.ndarray:
+    """Calibrators see the raw confidence alone; MICE-style estimators see the feature view."""
+    return fs.confidence[:, None] if estimator.input_kind == "confidence" else fs.X
+
+
+def holdout(estimator, fs: FeatureSet) -> tuple[np.ndarray, object]:
+    """Train on the training split, predict the test split; also return the fitted estimator."""
+    train, test = fs.rows("train"), fs.rows("test")
+    X = inputs(estimator, fs)
+    fitted = clone(estimator).fit(X[train], fs.labels[train])
+    return fitted.predict_proba(X[test])[:, 1], fitted
+
+
+def loao(estimator, fs: FeatureSet) -> tuple[np.ndarray, None]:
+    """Leave one API out (MICE section 5): for each API, train on the other APIs' training rows,
+    predict its test rows; the folds' predictions are pooled in test-row order (no single model)."""
+    X = inputs(estimator, fs)
+    test = fs.rows("test")
+    out = np.full(len(fs.ids), np.nan)
+    for api in np.unique(fs.apis):
+        train = fs.rows("train") & (fs.apis != api)
+        held = test & (fs.apis == api)
+        if held.any():
+            out[held] = clone(estimator).fit(X[train], fs.labels[train]).predict_proba(X[held])[:, 1]
+    return out[test], None
+
+
+def get_protocol(name: str) -> Callable:
+    if name not in PROTOCOLS:
+        raise UserError(f"protocol.name={name!r}; expected one of {', '.join(PROTOCOLS)}")
+    return {"holdout": holdout, "loao": loao}[name]

@@ -1,0 +1,133 @@
+"""The plain pipeline behind the Hydra entrypoint: ``run(cfg) -> dict`` (easy to call from tests).
+
+LLM stage (cached) -> feature view (cached) -> estimators under a protocol -> metrics,
+all inside one MLflow run that ends FINISHED or FAILED.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from mice_exp.errors import UserError
+from mice_exp.llm.stage import load_records, run_llm_stage, summary
+from mice_exp.paths import Paths, paths_from
+
+STAGES = ("llm", "all")
+
+
+def as_plain(cfg: DictConfig | dict) -> dict[str, Any]:
+    """Resolve interpolations (failing on missing values) into plain containers."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    return cfg
+
+
+def label_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Correct / incorrect / unparseable counts per split."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in records:
+        split = counts.setdefault(row["split"], {"correct": 0, "incorrect": 0, "parse_errors": 0})
+        split["correct" if row["label"] else "incorrect"] += 1
+        split["parse_errors"] += row["parse_error"] is not None
+    return counts
+
+
+def llm_summary(name: str, records: list[dict[str, Any]]) -> str:
+    total = len(records)
+    correct = sum(r["label"] for r in records)
+    lines = [f"{name}: {correct}/{total} tool calls correct (accuracy {correct / max(total, 1):.3f})"]
+    for split, c in sorted(label_counts(records).items()):
+        lines.append(f"  {split:<10} correct {c['correct']:>4}  incorrect {c['incorrect']:>4}  "
+                     f"(unparseable {c['parse_errors']})")
+    return "\n".join(lines)
+
+
+def _log_outputs(tracker, rows, fs, cfg: dict[str, Any]) -> None:
+    """Predictions table and the paper's figures as artifacts of the run."""
+    from mice_exp.estimation import feature_weights
+    from mice_exp.metrics import TAU_GRID, TRIVIAL_POLICIES, etcu_curve
+    from mice_exp.report import figures
+
+    test = fs.rows("test")
+    y = fs.labels[test]
+    frame = pd.DataFrame({"id": np.array(fs.ids)[test], "api": fs.apis[test], "label": y})
+    for row in rows:
+        frame[f"p_{row.key}"] = row.p
+    tracker.log_table(frame, "predictions.csv")
+    main = rows[-1]
+    tracker.log_figure(figures.reliability_diagram(main.p, y, title=main.name), "figures/reliability.png")
+    curves = {row.name: etcu_curve(row.p, y, TAU_GRID) for row in rows}
+    policies = {name: etcu_curve(policy(y), y, TAU_GRID) for name, policy in TRIVIAL_POLICIES.items()}
+    tracker.log_figure(figures.etcu_curves(curves, TAU_GRID, policies, title=cfg["llm"]["display"]),
+                       "figures/etcu_curve.png")
+    weights = feature_weights(main, fs.columns)
+    if weights is not None:
+        tracker.log_figure(figures.feature_weights(fs.columns, weights[0], kind=weights[1], title=main.name),
+                           "figures/feature_weights.png")
+    if fs.layer_scores is not None:
+        layers = list(range(1, fs.layer_scores.shape[1] + 1))
+        tracker.log_figure(figures.layer_score_distributions(fs.layer_scores, fs.labels, layers,
+                                                             title=cfg["llm"]["display"]),
+                           "figures/bertscore_by_layer.png")
+
+
+def _estimate(cfg: dict[str, Any], paths: Paths, out, tracker) -> dict[str, Any]:
+    from mice_exp.estimation import run_estimators, table
+    from mice_exp.features import build_features
+
+    fs = build_features(cfg["features"], out, paths.features, seed=int(cfg["seed"]))
+    rows = run_estimators(cfg, fs)
+    print("\n" + table(rows, f"{cfg['llm']['display']} on {cfg['dataset']['name']} "
+                             f"({cfg['protocol']['name']}, features {cfg['features']['name']}, "
+                             f"{int(fs.rows('test').sum())} test examples)"))
+    metrics = dict(rows[-1].metrics)
+    for row in rows[:-1]:
+        metrics |= {f"baseline.{row.key}.{k}": v for k, v in row.metrics.items()}
+    tracker.log_metrics(metrics)
+    _log_outputs(tracker, rows, fs, cfg)
+    return metrics | {"objective": rows[-1].metrics["auc_etcu"]}
+
+
+def check_config(cfg: dict[str, Any]) -> None:
+    """Reject invalid values before anything expensive runs (each check raises a one-line UserError)."""
+    from mice_exp.estimation import estimator_config, risks_from
+    from mice_exp.features import check_features
+    from mice_exp.llm.model import check_dtype
+    from mice_exp.protocols import get_protocol
+
+    if cfg.get("stage", "all") not in STAGES:
+        raise UserError(f"stage={cfg.get('stage')!r}; expected one of {', '.join(STAGES)}")
+    check_dtype(cfg["llm"].get("dtype", "float32"))
+    get_protocol(cfg["protocol"]["name"])
+    risks_from(cfg["risk"])
+    for name in cfg["compare_with"]:
+        estimator_config(name, cfg["seed"])
+    check_features(cfg["features"])
+
+
+def run(cfg: DictConfig | dict) -> dict[str, Any]:
+    """Run the configured pipeline and return its metrics (``objective``: the estimator's AUC-ETCU)."""
+    from mice_exp.tracking import tracked_run
+
+    cfg = as_plain(cfg)
+    check_config(cfg)
+    paths = paths_from(cfg["paths"])
+    tags = {"llm": cfg["llm"]["name"], "dataset": cfg["dataset"]["name"], "features": cfg["features"]["name"],
+            "estimator": cfg["estimator"]["key"], "protocol": cfg["protocol"]["name"], "risk": cfg["risk"]["name"]}
+    run_name = f"{cfg['llm']['name']}/{cfg['features']['name']}/{cfg['estimator']['key']}/{cfg['protocol']['name']}"
+    with tracked_run(cfg["tracking"], paths.root, run_name=run_name, params=cfg, tags=tags) as tracker:
+        out = run_llm_stage(cfg, paths)
+        records = load_records(out)
+        print("\n" + llm_summary(cfg["llm"]["display"], records))
+        info = summary(out)
+        result = {"llm_accuracy": info["accuracy"], "llm_examples": info["examples"], "llm_cache": str(out)}
+        tracker.log_metrics({"llm_accuracy": info["accuracy"], "llm_examples": info["examples"],
+                             "prompts_with_dropped_demos": info["prompts_with_dropped_demos"]})
+        if cfg.get("stage", "all") == "all":
+            result |= _estimate(cfg, paths, out, tracker)
+        result["run_id"] = getattr(tracker, "run_id", None)
+    return result

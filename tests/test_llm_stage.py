@@ -1,0 +1,83 @@
+"""The LLM stage on tiny_random: records, resume after an interruption, cache reuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mice_exp.llm.stage as stage
+from mice_exp.commands import compose_config
+from mice_exp.llm.stage import load_arrays, load_records, run_llm_stage
+from mice_exp.paths import PACKAGE_ROOT, Paths
+from mice_exp.run import as_plain
+
+FIXTURE = PACKAGE_ROOT / "tests" / "fixtures" / "ste_tiny.json"
+
+
+def tiny_cfg(**extra: str) -> dict:
+    overrides = ["llm=tiny_random", f"dataset.path={FIXTURE}", "llm.batch_size=2", "llm.max_new_tokens=6",
+                 "prompt.k_demos=2"] + [f"{k}={v}" for k, v in extra.items()]
+    return as_plain(compose_config(overrides))
+
+
+def paths_in(tmp: Path) -> Paths:
+    return Paths(root=PACKAGE_ROOT, cache=tmp)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_llm):
+    tmp = tmp_path_factory.mktemp("full")
+    return run_llm_stage(tiny_cfg(), paths_in(tmp), llm=tiny_llm)
+
+
+def test_every_example_gets_a_record_with_layer_strings(finished, tiny_llm):
+    records = load_records(finished)
+    assert len(records) == 6
+    for r in records:
+        assert len(r["layer_strings"]) == tiny_llm.n_layers - 1
+        assert len(r["token_probs"]) == len(r["token_ids"]) == len(r["content_mask"])
+        assert 0.0 <= r["raw_confidence"] <= 1.0
+        assert r["label"] in (0, 1)
+    assert load_arrays(finished, "mean_pool").shape == (6, tiny_llm.n_layers, tiny_llm.hidden_size)
+
+
+def test_a_killed_run_resumes_to_identical_records(finished, tmp_path, tiny_llm, monkeypatch):
+    calls = {"n": 0}
+    real = stage.generate_batch
+
+    def dies_on_second_batch(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stage, "generate_batch", dies_on_second_batch)
+    with pytest.raises(KeyboardInterrupt):
+        run_llm_stage(tiny_cfg(), paths_in(tmp_path), llm=tiny_llm)
+    partial = next((tmp_path / "llm").iterdir())
+    assert len(list(partial.glob("shard-*.jsonl"))) == 1 and not (partial / "done.json").exists()
+    monkeypatch.setattr(stage, "generate_batch", real)
+    resumed = run_llm_stage(tiny_cfg(), paths_in(tmp_path), llm=tiny_llm)
+    assert resumed.name == finished.name  # same key
+    assert load_records(resumed) == load_records(finished)
+    for name in ("mean_pool", "last_token", "first_token"):
+        np.testing.assert_array_equal(load_arrays(resumed, name), load_arrays(finished, name))
+
+
+def test_a_finished_stage_is_reused_not_recomputed(finished, tiny_llm, monkeypatch):
+    monkeypatch.setattr(stage, "generate_batch", lambda *a, **k: pytest.fail("generated again"))
+    cache = finished.parent.parent
+    assert run_llm_stage(tiny_cfg(), paths_in(cache), llm=tiny_llm) == finished
+
+
+def test_estimator_settings_do_not_change_the_key(finished):
+    cache = finished.parent.parent
+    cfg = tiny_cfg(**{"estimator": "hre", "risk": "high"})
+    selection = stage.select_examples(cfg["dataset"], paths_in(cache))
+    assert stage.stage_dir(cfg, paths_in(cache), selection)[0] == finished
+    other = tiny_cfg(**{"prompt.k_demos": 1})
+    assert stage.stage_dir(other, paths_in(cache), selection)[0] != finished
+
+

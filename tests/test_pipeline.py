@@ -1,0 +1,74 @@
+"""The whole pipeline on tiny_random: LLM stage, BERTScore view, estimators, metrics, MLflow run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from mlflow import MlflowClient
+
+from mice_exp.commands import compose_config
+from mice_exp.paths import PACKAGE_ROOT
+from mice_exp.run import run
+
+FIXTURE = PACKAGE_ROOT / "tests" / "fixtures" / "ste_tiny.json"
+
+
+def overrides(tmp_path) -> list[str]:
+    return ["llm=tiny_random", f"dataset.path={FIXTURE}", "llm.batch_size=3", "llm.max_new_tokens=6",
+            "prompt.k_demos=2", f"paths.cache={tmp_path / 'cache'}", "permutations=50",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "estimator=mice_lr"]
+
+
+def test_run_logs_a_finished_mlflow_run_with_table_metrics_and_artifacts(tmp_path, capsys):
+    result = run(compose_config(overrides(tmp_path)))
+    printed = capsys.readouterr().out
+    assert "Confidence estimator" in printed and "MICE LR" in printed and "HRE" in printed
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    info = client.get_run(result["run_id"])
+    assert info.info.status == "FINISHED"
+    assert info.data.tags["estimator"] == "mice_lr" and info.data.params["llm.name"] == "tiny_random"
+    for key in ("smece", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu", "baseline.hre.auc_etcu"):
+        assert key in info.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(result["run_id"])}
+    assert {"predictions.csv", "figures", "config.yaml"} <= artifacts
+
+
+def cli(monkeypatch, capsys, args: list[str]) -> tuple[int, str]:
+    """Run ``mice-exp ARGS`` in this process; return its exit status and stderr."""
+    from mice_exp.__main__ import main
+
+    monkeypatch.setattr(sys, "argv", ["mice-exp", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    return exit_info.value.code, capsys.readouterr().err
+
+
+def test_a_user_error_is_one_line_and_the_run_is_marked_failed(tmp_path, monkeypatch, capsys):
+    code, err = cli(monkeypatch, capsys, overrides(tmp_path) + [f"hydra.run.dir={tmp_path}", "features.layers=middle"])
+    assert code == 2
+    assert err.strip().splitlines() == ["mice-exp: error: features.layers='middle'; expected one of all, none, "
+                                        "first_half, second_half, early, mid, late or a list of layer numbers"]
+
+
+def test_a_missing_dataset_file_is_named_and_the_mlflow_run_is_failed(tmp_path, monkeypatch, capsys):
+    code, err = cli(monkeypatch, capsys, overrides(tmp_path) + [f"hydra.run.dir={tmp_path}",
+                                                                "dataset.path=/nope/tool_test.json"])
+    assert code == 2 and "/nope/tool_test.json" in err and "Traceback" not in err
+    runs = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_experiments()[0]
+    statuses = [r.info.status for r in MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs([runs.experiment_id])]
+    assert statuses == ["FAILED"]
+
+
+@pytest.mark.parametrize("bad", ["llm.dtype=float8", "protocol.name=kfold", "risk.fp=5", "stage=half"])
+def test_invalid_config_values_are_one_line_user_errors(tmp_path, monkeypatch, capsys, bad):
+    code, err = cli(monkeypatch, capsys, overrides(tmp_path) + [f"hydra.run.dir={tmp_path}", bad])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and bad.split("=")[1] in err, err
+
+
+def test_the_console_script_runs_as_a_module(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "mice_exp", "inspect"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("mice-exp: error: usage: mice-exp inspect EXAMPLE_ID_OR_INDEX [hydra overrides]; "
+                                   "expected exactly one example")
