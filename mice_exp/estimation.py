@@ -73,7 +73,7 @@ def run_estimators(cfg: Mapping[str, Any], fs: FeatureSet) -> list[Row]:
     entries.append((cfg["estimator"]["key"], cfg["estimator"]))
     rows = []
     for key, entry in entries:
-        p, fitted = protocol(instantiate(entry["model"]), fs)
+        p, fitted = protocol(instantiate(entry["model"]), fs, entry.get("source", "raw"))
         rows.append(Row(key, entry["name"], fitted, p, evaluate(p, y, risks)))
     by_key = {r.key: r for r in rows}
     main = rows[-1]

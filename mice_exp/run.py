@@ -75,11 +75,27 @@ def _log_outputs(tracker, rows, fs, cfg: dict[str, Any]) -> None:
                            "figures/bertscore_by_layer.png")
 
 
-def _estimate(cfg: dict[str, Any], paths: Paths, out, tracker) -> dict[str, Any]:
+def confidence_sources(cfg: dict[str, Any], paths: Paths, out, records: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """p_true / verbalized / consistency for every record (computed once, cached beside the LLM stage)."""
+    names = list(cfg["sources"]["use"])
+    if not names:
+        return {}
+    from mice_exp.llm.model import load_llm
+    from mice_exp.llm.sources import compute_source, load_source
+    from mice_exp.llm.stage import select_examples
+
+    examples = {e.id: e for e in select_examples(cfg["dataset"], paths).examples}
+    llm = load_llm(cfg["llm"], paths.models)
+    ids = [r["id"] for r in records]
+    return {name: load_source(compute_source(name, cfg, out, examples, records, llm), ids) for name in names}
+
+
+def _estimate(cfg: dict[str, Any], paths: Paths, out, records, tracker) -> dict[str, Any]:
     from mice_exp.estimation import run_estimators, table
     from mice_exp.features import build_features
 
-    fs = build_features(cfg["features"], out, paths.features, seed=int(cfg["seed"]))
+    sources = confidence_sources(cfg, paths, out, records)
+    fs = build_features(cfg["features"], out, paths.features, seed=int(cfg["seed"]), sources=sources)
     rows = run_estimators(cfg, fs)
     print("\n" + table(rows, f"{cfg['llm']['display']} on {cfg['dataset']['name']} "
                              f"({cfg['protocol']['name']}, features {cfg['features']['name']}, "
@@ -97,6 +113,7 @@ def check_config(cfg: dict[str, Any]) -> None:
     from mice_exp.estimation import estimator_config, risks_from
     from mice_exp.features import check_features
     from mice_exp.llm.model import check_dtype
+    from mice_exp.llm.sources import SOURCES
     from mice_exp.protocols import get_protocol
 
     if cfg.get("stage", "all") not in STAGES:
@@ -107,6 +124,9 @@ def check_config(cfg: dict[str, Any]) -> None:
     for name in cfg["compare_with"]:
         estimator_config(name, cfg["seed"])
     check_features(cfg["features"])
+    unknown = set(cfg["sources"]["use"]) - set(SOURCES)
+    if unknown:
+        raise UserError(f"sources.use={cfg['sources']['use']}; expected some of {', '.join(SOURCES)}")
 
 
 def run(cfg: DictConfig | dict) -> dict[str, Any]:
@@ -128,6 +148,6 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
         tracker.log_metrics({"llm_accuracy": info["accuracy"], "llm_examples": info["examples"],
                              "prompts_with_dropped_demos": info["prompts_with_dropped_demos"]})
         if cfg.get("stage", "all") == "all":
-            result |= _estimate(cfg, paths, out, tracker)
+            result |= _estimate(cfg, paths, out, records, tracker)
         result["run_id"] = getattr(tracker, "run_id", None)
     return result

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -31,9 +31,19 @@ class FeatureSet:
     X: np.ndarray
     columns: list[str]
     layer_scores: np.ndarray | None  # [N, L-1] BERTScores when the view has them (for figures)
+    sources: dict[str, np.ndarray] = field(default_factory=dict)  # p_true, verbalized, consistency
 
     def rows(self, split: str) -> np.ndarray:
         return self.splits == split
+
+    def confidence_of(self, source: str) -> np.ndarray:
+        """The raw confidence, or another confidence source computed for this run."""
+        if source == "raw":
+            return self.confidence
+        if source not in self.sources:
+            raise UserError(f"confidence source {source!r} was not computed; add it to sources.use "
+                            f"(computed here: {', '.join(['raw', *self.sources])})")
+        return self.sources[source]
 
 
 def cached_bertscore(llm_dir: Path, features_cache: Path, records: list[dict], encoder: Mapping[str, Any]) -> np.ndarray:
@@ -60,8 +70,10 @@ def check_features(cfg: Mapping[str, Any]) -> None:
                         "or a list of layer numbers")
 
 
-def build_features(cfg: Mapping[str, Any], llm_dir: Path, features_cache: Path, seed: int = 0) -> FeatureSet:
-    """Assemble the configured view (``conf/features``) for every record of an LLM-stage cache."""
+def build_features(cfg: Mapping[str, Any], llm_dir: Path, features_cache: Path, seed: int = 0,
+                   sources: Mapping[str, np.ndarray] | None = None) -> FeatureSet:
+    """Assemble the configured view (``conf/features``) for every record of an LLM-stage cache;
+    ``features.sources`` names extra confidence sources appended as columns."""
     check_features(cfg)
     view = cfg["view"]
     records = load_records(llm_dir)
@@ -84,8 +96,13 @@ def build_features(cfg: Mapping[str, Any], llm_dir: Path, features_cache: Path, 
     confidence = np.array([r["raw_confidence"] for r in records])
     if cfg.get("confidence", True):
         X, columns = np.column_stack([X, confidence]), columns + ["confidence"]
+    sources = dict(sources or {})
+    for name in cfg.get("sources", []):
+        if name not in sources:
+            raise UserError(f"features.sources lists {name!r}, which is not in sources.use")
+        X, columns = np.column_stack([X, sources[name]]), columns + [name]
     if X.shape[1] == 0:
         raise UserError(f"features {cfg.get('name')!r} select no layer and no confidence; expected at least one feature")
     return FeatureSet(ids=[r["id"] for r in records], apis=np.array([r["api"] for r in records]), splits=splits,
                       labels=np.array([r["label"] for r in records]), confidence=confidence,
-                      X=X.astype(np.float64), columns=columns, layer_scores=scores)
+                      X=X.astype(np.float64), columns=columns, layer_scores=scores, sources=sources)

@@ -99,13 +99,23 @@ def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.devic
     return ids.to(device), mask.to(device)
 
 
-def _generate(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> tuple[torch.Tensor, int]:
+def left_pad(prompts: Sequence[Sequence[int]], llm: LLM) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids and attention mask of a batch of prompts, on the model's device."""
+    return _left_pad(prompts, llm.tokenizer.pad_token_id, llm.device)
+
+
+def generate_ids(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int, **sampling) -> torch.Tensor:
+    """Generated ids (prompt removed) under the tool-call stopping rule; greedy unless ``sampling`` says otherwise.
+
+    A fresh GenerationConfig keeps the model's own defaults (temperature, top-k, penalties) out.
+    """
     ids, mask = _left_pad(prompts, llm.tokenizer.pad_token_id, llm.device)
-    config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, num_beams=1,
+    config = GenerationConfig(**({"do_sample": False} | sampling), max_new_tokens=max_new_tokens, num_beams=1,
                               pad_token_id=llm.tokenizer.pad_token_id, eos_token_id=llm.eos_ids())
-    stop = StoppingCriteriaList([_StopAtCall(llm.tokenizer, ids.shape[1], len(prompts))])
+    rows = len(prompts) * int(sampling.get("num_return_sequences", 1))
+    stop = StoppingCriteriaList([_StopAtCall(llm.tokenizer, ids.shape[1], rows)])
     out = llm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stop)
-    return out[:, ids.shape[1]:], ids.shape[1]
+    return out[:, ids.shape[1]:]
 
 
 def truncate(tokenizer, ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int], list[tuple[int, int]], str]:
@@ -139,7 +149,7 @@ def lens_argmax(llm: LLM, states: torch.Tensor) -> torch.Tensor:
 @torch.inference_mode()
 def generate_plain(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> torch.Tensor:
     """Plain greedy generation with the same stopping rule (the speed baseline)."""
-    return _generate(llm, prompts, max_new_tokens)[0]
+    return generate_ids(llm, prompts, max_new_tokens)
 
 
 @torch.inference_mode()
@@ -147,7 +157,7 @@ def generate_batch(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: i
     """Greedy generation of a batch with single-pass capture of every layer."""
     recorder = _Recorder(llm.n_layers)
     with _hooks(llm, recorder):
-        generated, _ = _generate(llm, prompts, max_new_tokens)
+        generated = generate_ids(llm, prompts, max_new_tokens)
     recorder.finish(generated[:, -1])
     steps = torch.stack(recorder.steps[: generated.shape[1]], dim=1)  # [B, S, L, d]
     probs = torch.stack(recorder.token_logp[: generated.shape[1]], dim=1).exp()  # [B, S]

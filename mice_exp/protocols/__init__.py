@@ -17,23 +17,23 @@ from mice_exp.features import FeatureSet
 PROTOCOLS = ("holdout", "loao")
 
 
-def inputs(estimator, fs: FeatureSet) -> np.ndarray:
-    """Calibrators see the raw confidence alone; MICE-style estimators see the feature view."""
-    return fs.confidence[:, None] if estimator.input_kind == "confidence" else fs.X
+def inputs(estimator, fs: FeatureSet, source: str = "raw") -> np.ndarray:
+    """Calibrators see one confidence (raw by default) alone; MICE-style estimators see the feature view."""
+    return fs.confidence_of(source)[:, None] if estimator.input_kind == "confidence" else fs.X
 
 
-def holdout(estimator, fs: FeatureSet) -> tuple[np.ndarray, object]:
+def holdout(estimator, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray, object]:
     """Train on the training split, predict the test split; also return the fitted estimator."""
     train, test = fs.rows("train"), fs.rows("test")
-    X = inputs(estimator, fs)
+    X = inputs(estimator, fs, source)
     fitted = clone(estimator).fit(X[train], fs.labels[train])
     return fitted.predict_proba(X[test])[:, 1], fitted
 
 
-def loao(estimator, fs: FeatureSet) -> tuple[np.ndarray, None]:
+def loao(estimator, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray, None]:
     """Leave one API out (MICE section 5): for each API, train on the other APIs' training rows,
     predict its test rows; the folds' predictions are pooled in test-row order (no single model)."""
-    X = inputs(estimator, fs)
+    X = inputs(estimator, fs, source)
     test = fs.rows("test")
     out = np.full(len(fs.ids), np.nan)
     for api in np.unique(fs.apis):
