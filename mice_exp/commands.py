@@ -28,4 +28,11 @@ def inspect(argv: Sequence[str]) -> None:
     print(layer_table(as_plain(compose_config([a for a in argv if "=" in a])), targets[0]))
 
 
-COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect}
+def report(argv: Sequence[str]) -> None:
+    """``mice-exp report ...``: paper tables and figures from the FINISHED MLflow runs."""
+    from mice_exp.report.command import report as run_report
+
+    run_report(argv)
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect, "report": report}

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from mice_exp.errors import UserError
 from mice_exp.llm.stage import load_records, run_llm_stage, summary
 from mice_exp.paths import Paths, paths_from
+from mice_exp.report.sweeps import CONFIG_HASH_TAG, config_hash, finished_run_with_config
 
 STAGES = ("llm", "all")
 
@@ -103,6 +104,12 @@ def _estimate(cfg: dict[str, Any], paths: Paths, out, records, tracker) -> dict[
     metrics = dict(rows[-1].metrics)
     for row in rows[:-1]:
         metrics |= {f"baseline.{row.key}.{k}": v for k, v in row.metrics.items()}
+    if "acts" in sources:
+        from mice_exp.estimation import action_belief
+
+        text, belief = action_belief(rows, sources["acts"][fs.rows("test")], fs.labels[fs.rows("test")])
+        print("\n" + text)
+        metrics |= belief
     tracker.log_metrics(metrics)
     _log_outputs(tracker, rows, fs, cfg)
     return metrics | {"objective": rows[-1].metrics["auc_etcu"]}
@@ -129,15 +136,31 @@ def check_config(cfg: dict[str, Any]) -> None:
         raise UserError(f"sources.use={cfg['sources']['use']}; expected some of {', '.join(SOURCES)}")
 
 
+def finished_before(cfg: dict[str, Any], paths: Paths) -> str | None:
+    """The id of a FINISHED MLflow run with the same resolved config, so a re-run or resumed sweep skips it."""
+    from mice_exp.tracking.store import ensure_experiment, is_enabled, open_client, tracking_uri
+
+    if not is_enabled(cfg["tracking"]):
+        return None
+    experiment = ensure_experiment(cfg["tracking"], paths.root)
+    return finished_run_with_config(open_client(tracking_uri(cfg["tracking"], paths.root)), experiment, config_hash(cfg))
+
+
 def run(cfg: DictConfig | dict) -> dict[str, Any]:
     """Run the configured pipeline and return its metrics (``objective``: the estimator's AUC-ETCU)."""
-    from mice_exp.tracking import tracked_run
+    from mice_exp.tracking import hydra_tags, tracked_run
 
     cfg = as_plain(cfg)
     check_config(cfg)
     paths = paths_from(cfg["paths"])
     tags = {"llm": cfg["llm"]["name"], "dataset": cfg["dataset"]["name"], "features": cfg["features"]["name"],
-            "estimator": cfg["estimator"]["key"], "protocol": cfg["protocol"]["name"], "risk": cfg["risk"]["name"]}
+            "estimator": cfg["estimator"]["key"], "protocol": cfg["protocol"]["name"], "risk": cfg["risk"]["name"],
+            CONFIG_HASH_TAG: config_hash(cfg), **hydra_tags()}
+    in_sweep = "sweep" in tags  # only sweep jobs skip; a single run always runs
+    done = finished_before(cfg, paths) if in_sweep and not cfg.get("force") else None
+    if done is not None:
+        print(f"skipping: MLflow run {done} already FINISHED with this resolved config (force=true re-runs it)")
+        return {"run_id": done, "skipped": True}
     run_name = f"{cfg['llm']['name']}/{cfg['features']['name']}/{cfg['estimator']['key']}/{cfg['protocol']['name']}"
     with tracked_run(cfg["tracking"], paths.root, run_name=run_name, params=cfg, tags=tags) as tracker:
         out = run_llm_stage(cfg, paths)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import logging
+
 import numpy as np
 from filelock import FileLock
 from tqdm.auto import tqdm
@@ -31,6 +33,7 @@ from mice_exp.llm.toolcall import content_mask, find_spans, parse_call
 from mice_exp.paths import Paths
 
 STAGE_VERSION = 1
+log = logging.getLogger(__name__)
 LLM_KEYS = ("source", "dtype", "batch_size", "max_new_tokens", "context_window", "store_token_states")
 
 
@@ -122,6 +125,7 @@ def run_llm_stage(cfg: Mapping[str, Any], paths: Paths, llm: Any = None) -> Path
         if (out / "done.json").exists():
             return out
         write_json(out / "meta.json", key)
+        log.info("computing the LLM stage in %s", out)
         _compute(cfg, paths, selection, out, llm)
     return out
 

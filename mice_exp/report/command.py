@@ -1,0 +1,217 @@
+"""``mice-exp report``: the paper's tables and figures from the FINISHED runs in MLflow.
+
+    mice-exp report                                  # experiment mice_exp, default store
+    mice-exp report --sweep multirun/2025-01-01/12-00-00 --preset table1
+    mice-exp report --experiment other --tracking-uri http://host:5000 --out /tmp/report
+
+Reads MLflow only (run tags, params, metrics and ``predictions.csv`` artifacts), then
+
+* builds Table 1 and the feature-ablation Table 2 (:mod:`mice_exp.report.tables`), as Markdown
+  (``results.md``) and one CSV (``results.csv``, column ``table`` tells them apart);
+* draws ETCU curves per LLM with the trivial policies and, when leave-one-API-out runs exist,
+  holdout vs zero-shot AUC bars (:mod:`mice_exp.report.plots`);
+* logs all of it under ``report/`` to the sweep's parent run (tags ``sweep_parent=true`` and
+  the same ``sweep``) if there is one, else to a new run named ``report``; and
+* with ``--preset NAME`` writes the files into ``experiments/NAME/`` (``--out DIR``: into DIR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from mice_exp.errors import UserError
+from mice_exp.paths import project_root
+from mice_exp.report import plots, tables
+from mice_exp.report.collect import (
+    REPORT_TAG,
+    SWEEP_TAG,
+    Predictions,
+    RunRecord,
+    collect_runs,
+    experiment_ids,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_EXPERIMENT = "mice_exp"
+ARTIFACT_DIR = "report"
+MARKDOWN_FILE = "results.md"
+CSV_FILE = "results.csv"
+REPORT_RUN_NAME = "report"
+
+
+@dataclass
+class Report:
+    """Everything the report writes; ``files()`` renders it into a folder."""
+
+    records: list[RunRecord]
+    table1: pd.DataFrame
+    ablation: pd.DataFrame
+    figures: dict[str, Figure] = field(default_factory=dict)
+    experiment: str | None = None
+    sweep: str | None = None
+
+    @property
+    def csv(self) -> pd.DataFrame:
+        return tables.results_csv(self.table1, self.ablation)
+
+    @property
+    def markdown(self) -> str:
+        source = f"experiment `{self.experiment}`" if self.experiment else "all experiments"
+        if self.sweep:
+            source += f", sweep `{self.sweep}`"
+        parts = [
+            "# mice_exp results",
+            f"{len(self.records)} FINISHED runs from {source} (the latest per LLM, dataset, features, "
+            "estimator and protocol); the `run_id` column of results.csv gives each row's run.",
+            *tables.markdown_sections(self.table1, self.ablation),
+        ]
+        etcu = [name for name in self.figures if name != plots.LOAO_FILE]
+        if etcu or plots.LOAO_FILE in self.figures:
+            parts.append("## Figures")
+        if etcu:
+            parts.append("Expected tool-calling utility against the risk level τ (MICE Figure 4), with the "
+                         "trivial policies dashed.\n\n" + "\n\n".join(f"![{n}]({n})" for n in etcu))
+        if plots.LOAO_FILE in self.figures:
+            parts.append("AUC of the ETCU curve trained on all APIs (holdout) and leaving the test API out "
+                         f"(zeroshot).\n\n![{plots.LOAO_FILE}]({plots.LOAO_FILE})")
+        return "\n\n".join(parts) + "\n"
+
+    def write(self, folder: Path) -> list[Path]:
+        """Write results.md, results.csv and the figures into ``folder``; returns the paths."""
+        folder.mkdir(parents=True, exist_ok=True)
+        written = [folder / MARKDOWN_FILE, folder / CSV_FILE]
+        written[0].write_text(self.markdown, encoding="utf-8")
+        self.csv.to_csv(written[1], index=False)
+        for name, fig in self.figures.items():
+            fig.savefig(folder / name, dpi=150, bbox_inches="tight")
+            written.append(folder / name)
+        return written
+
+
+def build_report(client, experiment: str | None = DEFAULT_EXPERIMENT, sweep: str | None = None,
+                 features: str | None = None, with_figures: bool = True) -> Report:
+    """Collect the runs (``experiment=None``: every experiment) and build tables and figures."""
+    if sweep is not None:
+        sweep = sweep.rstrip("/") or sweep
+    ids = experiment_ids(client, experiment)
+    label = f"experiment {experiment!r}" if experiment else "any experiment"
+    records = collect_runs(client, ids, sweep, label)
+    table = tables.table1(records, features)
+    ablation = tables.ablation_table(records, features)
+    report = Report(records, table, ablation, experiment=experiment, sweep=sweep)
+    if with_figures:
+        with Predictions(client) as predictions:
+            report.figures.update(plots.etcu_figures(table, predictions))
+        panels = plots.loao_pairs(table)
+        if panels:
+            report.figures[plots.LOAO_FILE] = plots.loao_comparison(panels)
+    return report
+
+
+def target_run(client, report: Report, root: Path) -> tuple[str, bool]:
+    """The run to log to: the sweep's parent run, else a new ``report`` run (created here).
+
+    Returns (run id, created).
+    """
+    from mice_exp.report.sweeps import find_parent_run
+    from mice_exp.tracking.gitinfo import git_tags
+
+    ids = sorted({r.experiment_id for r in report.records})
+    if report.sweep:
+        parent = find_parent_run(client, ids, report.sweep)
+        if parent is not None:
+            return parent, False
+    experiment_id = Counter(r.experiment_id for r in report.records).most_common(1)[0][0]
+    tags = {"mlflow.source.name": "mice_exp report", REPORT_TAG: "true", "report.runs": str(len(report.records)),
+            **git_tags(root)}
+    if report.sweep:
+        tags[SWEEP_TAG] = report.sweep
+    run = client.create_run(experiment_id, run_name=REPORT_RUN_NAME, tags=tags)
+    return run.info.run_id, True
+
+
+def log_report(client, report: Report, folder: Path, root: Path) -> str:
+    """Log the files of ``folder`` under ``report/`` of :func:`target_run`; returns its id."""
+    run_id, created = target_run(client, report, root)
+    status = "FAILED"
+    try:
+        client.log_artifacts(run_id, str(folder), ARTIFACT_DIR)
+        status = "FINISHED"
+    finally:
+        if created:
+            client.set_terminated(run_id, status)
+    return run_id
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="mice-exp report",
+        description="Tables (MICE Table 1, feature ablation) and figures from the FINISHED runs in MLflow.",
+    )
+    parser.add_argument("--experiment", default=None,
+                        help=f"MLflow experiment to read (default {DEFAULT_EXPERIMENT}; with --sweep and no "
+                             "--experiment, every experiment is searched)")
+    parser.add_argument("--sweep", default=None,
+                        help="only runs tagged sweep=SWEEP (a multirun folder such as multirun/2025-01-01/12-00-00)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI (default: the project's sqlite:///<root>/mlruns/mlflow.db)")
+    parser.add_argument("--features", default=None,
+                        help=f"feature set of Table 1 (default {tables.DEFAULT_FEATURES} when present, else the "
+                             "one with most runs)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--preset", default=None, help="also write the files into experiments/PRESET/")
+    where.add_argument("--out", default=None, help="also write the files into DIR")
+    parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
+    try:
+        return parser.parse_args(list(argv))
+    except SystemExit as stop:
+        if stop.code not in (0, None):
+            raise UserError("invalid arguments for `mice-exp report` (see `mice-exp report --help`)") from None
+        raise
+
+
+def output_folder(args: argparse.Namespace, root: Path) -> Path | None:
+    if args.preset:
+        name = Path(args.preset)
+        if name.is_absolute() or ".." in name.parts or not name.parts:
+            raise UserError(f"--preset {args.preset!r}; expected a folder name under experiments/")
+        return root / "experiments" / name
+    if args.out:
+        return Path(args.out).expanduser().resolve()
+    return None
+
+
+def report(argv: Sequence[str]) -> None:
+    """``mice-exp report [--experiment NAME | --sweep TAG] [--tracking-uri URI] [--preset NAME | --out DIR]``."""
+    from mice_exp.tracking.store import open_client, tracking_uri
+
+    args = parse_args(argv)
+    root = project_root()
+    out = output_folder(args, root)
+    uri = tracking_uri({"uri": args.tracking_uri}, root)
+    client = open_client(uri)
+    experiment = args.experiment or (None if args.sweep else DEFAULT_EXPERIMENT)
+    result = build_report(client, experiment, args.sweep, args.features)
+    with tempfile.TemporaryDirectory(prefix="mice_exp_report_") as tmp:
+        staged = result.write(Path(tmp))
+        if not args.no_log:
+            run_id = log_report(client, result, Path(tmp), root)
+            print(f"logged the report to MLflow run {run_id} (artifacts {ARTIFACT_DIR}/) in {uri}")
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            for path in staged:
+                shutil.copyfile(path, out / path.name)
+            print(f"wrote {', '.join(p.name for p in staged)} to {out}")
+    print()
+    print("\n\n".join(tables.markdown_sections(result.table1, result.ablation)))
