@@ -108,3 +108,23 @@ def table(rows: list[Row], title: str) -> str:
     lines.append("smECE lower is better; tool-calling utility (Low/Medium/High risk, AUC) higher is better. "
                  "* / † : significantly better than HRE / NWKR (permutation test, p < 0.05).")
     return "\n".join(lines)
+
+
+def action_belief(rows: list[Row], acted: np.ndarray, y: np.ndarray) -> tuple[str, dict[str, float]]:
+    """Does the agent act on each confidence? Spearman consistency, agreement with each estimator's
+    MBR decision at the three paper risks, and the utility of the agent's own choices (Pal et al.)."""
+    from mice_exp.metrics.action_belief import action_belief_consistency, decision_agreement
+
+    metrics = {f"agent.etcu_{name}": etcu(acted.astype(float), y, risk) for name, risk in PAPER_RISKS.items()}
+    metrics["agent.act_rate"] = float(acted.mean())
+    head = f"{'Confidence':<28}{'Spearman':>10}{'agree L':>9}{'agree M':>9}{'agree H':>9}"
+    lines = [f"Action-belief consistency (agent acts on {acted.mean():.0%} of test calls; its own utility "
+             + " / ".join(f"{metrics[f'agent.etcu_{n}']:.3f}" for n in PAPER_RISKS) + " at low / medium / high)",
+             head, "-" * len(head)]
+    for row in rows:
+        rho = action_belief_consistency(row.p, acted)
+        agree = {name: decision_agreement(row.p, acted, risk) for name, risk in PAPER_RISKS.items()}
+        metrics |= {f"action_belief.{row.key}.spearman": rho}
+        metrics |= {f"action_belief.{row.key}.agree_{n}": v for n, v in agree.items()}
+        lines.append(f"{row.name:<28}{rho:>10.3f}" + "".join(f"{agree[n]:>9.3f}" for n in PAPER_RISKS))
+    return "\n".join(lines), metrics

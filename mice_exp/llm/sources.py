@@ -6,6 +6,9 @@
   answers are recorded as missing (None), never guessed.
 - ``consistency``: k samples at a temperature; confidence = the fraction whose parsed call
   (API and argument JSON) equals the greedy call's.
+- ``acts`` (Pal et al., 2026): the same prompt with a way out (the wording is config) —
+  1 if the model still calls an API, 0 if it takes the way out. Not a confidence: the
+  behaviour that action-belief consistency compares with every confidence.
 
 Each source is stored as ``<llm cache>/source-<name>-<key>/shard-NNNNN.jsonl`` (one shard per
 batch, resumable like the LLM stage), keyed by the source's own settings.
@@ -29,7 +32,7 @@ from mice_exp.llm.model import LLM
 from mice_exp.llm.prompt import chat_messages, load_template, plain_text
 from mice_exp.llm.toolcall import parse_call
 
-SOURCES = ("p_true", "verbalized", "consistency")
+SOURCES = ("p_true", "verbalized", "consistency", "acts")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -76,6 +79,13 @@ def verbalized(llm: LLM, prompts: Sequence[list[int]], max_new_tokens: int) -> l
 
 
 @torch.inference_mode()
+def acts(llm: LLM, prompts: Sequence[list[int]], abstain_api: str, max_new_tokens: int) -> list[float]:
+    out = generate_ids(llm, prompts, max_new_tokens)
+    texts = [truncate(llm.tokenizer, row.tolist(), llm.eos_ids())[2] for row in out]
+    return [0.0 if abstain_api in text else 1.0 for text in texts]
+
+
+@torch.inference_mode()
 def consistency(llm: LLM, prompts: Sequence[list[int]], greedy: Sequence[Mapping[str, Any]], samples: int,
                 temperature: float, max_new_tokens: int, seed: int) -> list[float]:
     torch.manual_seed(seed)
@@ -114,6 +124,10 @@ def compute_source(name: str, cfg: Mapping[str, Any], llm_dir: Path, examples: M
                 prompts = [_original_prompt(llm, examples, demos, r, cfg["prompt"]) for r in batch]
                 values = consistency(llm, prompts, batch, int(settings["samples"]), float(settings["temperature"]),
                                      int(cfg["llm"]["max_new_tokens"]), int(settings["seed"]) + n)
+            elif name == "acts":
+                prompts = [_original_prompt(llm, examples, demos, r, cfg["prompt"], settings["instruction"])
+                           for r in batch]
+                values = acts(llm, prompts, settings["abstain_api"], int(cfg["llm"]["max_new_tokens"]))
             else:
                 prompts = [followup_ids(llm, examples[r["id"]], [examples[d] for d in demos[r["id"]][:r["n_demos"]]],
                                         r["text"], settings["question"], cfg["prompt"]) for r in batch]
@@ -124,14 +138,15 @@ def compute_source(name: str, cfg: Mapping[str, Any], llm_dir: Path, examples: M
 
 
 def _original_prompt(llm: LLM, examples: Mapping[str, Any], demos: Mapping[str, list[str]], record: Mapping[str, Any],
-                     prompt_cfg: Mapping[str, Any]) -> list[int]:
+                     prompt_cfg: Mapping[str, Any], extra_instruction: str = "") -> list[int]:
+    """The record's LLM-stage prompt (same demonstrations), optionally with an instruction added to the system turn."""
     from mice_exp.llm.prompt import encode
 
     example = examples[record["id"]]
     kept = [examples[d] for d in demos[record["id"]][:record["n_demos"]]]
     chat = bool(prompt_cfg.get("chat_template", True)) and llm.has_chat_template
-    return encode(llm.tokenizer, example, kept, load_template(prompt_cfg["template"]),
-                  load_template(prompt_cfg["system"]).strip(), chat)
+    system = load_template(prompt_cfg["system"]).strip() + (f"\n\n{extra_instruction}" if extra_instruction else "")
+    return encode(llm.tokenizer, example, kept, load_template(prompt_cfg["template"]), system, chat)
 
 
 def load_source(folder: Path, ids: Sequence[str]) -> np.ndarray:
