@@ -19,6 +19,7 @@ def stable_hash(payload: Any, length: int = 16) -> str:
 
 
 def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file, read in chunks so large files stay cheap."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

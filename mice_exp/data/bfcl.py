@@ -8,7 +8,6 @@ imported: its dependencies are not installed.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 from mice_exp.data.bfcl_checker import NESTED_TYPES
 from mice_exp.data.records import Example, format_demo
 from mice_exp.errors import UserError
+from mice_exp.packages import package_dir
 
 # Categories with one expected call, checked by BFCL's Python AST rules.
 CATEGORIES = ("simple_python", "multiple", "live_simple", "live_multiple")
@@ -25,13 +25,7 @@ FILE_PREFIX = "BFCL_v4_"
 
 def bfcl_data_dir() -> Path:
     """The ``data`` folder of the installed bfcl-eval package."""
-    spec = importlib.util.find_spec("bfcl_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError(
-            "the bfcl-eval package is not installed: run `make run` (it installs "
-            "requirements-assets.txt) or `pip install --no-deps bfcl-eval`"
-        )
-    return Path(spec.submodule_search_locations[0]) / "data"
+    return package_dir("bfcl_eval", "bfcl-eval", "the BFCL data") / "data"
 
 
 def load_bfcl(categories: Sequence[str]) -> list[Example]:

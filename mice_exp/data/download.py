@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
 import urllib.request
 from pathlib import Path
 
+from mice_exp.cache import file_sha256
 from mice_exp.errors import UserError
-
-
-def sha256_of(path: Path) -> str:
-    """Hex sha256 of a file, read in chunks so large files stay cheap."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def download(url: str, dest: Path, sha256: str) -> Path:
@@ -34,7 +25,7 @@ def download(url: str, dest: Path, sha256: str) -> Path:
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
             shutil.copyfileobj(response, out)
-        actual = sha256_of(tmp)
+        actual = file_sha256(tmp)
         if actual != sha256:
             raise UserError(
                 f"download of {url} has sha256 {actual}, expected {sha256} (dataset.sha256); "

