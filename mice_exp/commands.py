@@ -35,4 +35,11 @@ def report(argv: Sequence[str]) -> None:
     run_report(argv)
 
 
-COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect, "report": report}
+def gate(argv: Sequence[str]) -> None:
+    """``mice-exp gate model=... input=queries.jsonl``: calibrated execute / abstain decisions for new queries."""
+    from mice_exp.gate.command import gate as run_gate
+
+    run_gate(argv)
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect, "report": report, "gate": gate}

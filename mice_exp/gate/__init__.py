@@ -1,0 +1,38 @@
+"""A deployable confidence gate: a saved pipeline that, for a new query and its tools, returns the
+LLM's call, its calibrated probability of being correct, and execute / abstain at a risk setting.
+
+    from mice_exp.gate import Gate, save_gate
+
+    save_gate("gate/", cfg, fitted_estimator, fs.columns, demo_pool)     # after a holdout fit
+    gate = Gate.load("gate/")                                           # or "runs:/<run id>/gate"
+    gate.decide([{"id": 1, "query": "...", "tools": "API_name: ...\\n..."}])
+
+Saved without pickle (JSON, text and skops); see :mod:`mice_exp.gate.artifact`.
+"""
+
+from mice_exp.gate.artifact import GATE_VIEWS, TRUSTED_TYPES, load_estimator, read_spec, save_gate
+from mice_exp.gate.build import fit_gate, save_run_gate
+from mice_exp.gate.command import gate as gate_command
+from mice_exp.gate.gate import Gate, check_pipeline
+from mice_exp.gate.queries import BadLine, parse_query, read_queries
+from mice_exp.gate.registry import fetch, log_gate, model_name, register_gate
+
+__all__ = [
+    "GATE_VIEWS",
+    "TRUSTED_TYPES",
+    "BadLine",
+    "Gate",
+    "check_pipeline",
+    "fetch",
+    "fit_gate",
+    "gate_command",
+    "load_estimator",
+    "log_gate",
+    "model_name",
+    "parse_query",
+    "read_queries",
+    "read_spec",
+    "register_gate",
+    "save_gate",
+    "save_run_gate",
+]

@@ -1,0 +1,230 @@
+"""The saved form of a gate: one folder, no pickle anywhere.
+
+Layout of a gate folder::
+
+  gate.json          what the gate is: LLM, prompt, retrieval and feature configs, risk and tau,
+                     feature columns, estimator class and params, checksums of the other files
+  estimator.skops    the fitted estimator (skops.io; loaded with an explicit list of trusted types)
+  demo_pool.jsonl    the examples demonstrations are retrieved from, one Example per line
+  templates/         the prompt's instruction and system templates, as the pipeline used them
+
+Everything is JSON, text or skops. :func:`load_estimator` asks skops which types the file would
+build and refuses any that is not in :data:`TRUSTED_TYPES` before loading anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import zipfile
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from mice_exp import __version__
+from mice_exp.cache import file_sha256, read_jsonl, write_json, write_jsonl
+from mice_exp.data.records import Example
+from mice_exp.errors import UserError
+
+GATE_FORMAT = 1
+SPEC_FILE = "gate.json"
+ESTIMATOR_FILE = "estimator.skops"
+POOL_FILE = "demo_pool.jsonl"
+TEMPLATE_DIR = "templates"
+SPEC_KEYS = ("llm", "llm_stage", "prompt", "templates", "retrieval", "features", "columns", "risk", "seed",
+             "estimator", "demo_pool")
+
+#: Views whose feature row depends on the example alone. ``pca`` fits a PCA on the training
+#: rows inside :func:`mice_exp.features.pooled.layer_pca` and does not return it, so a gate
+#: cannot rebuild it for a new query yet.
+GATE_VIEWS = ("bertscore", "cosine", "mean_pool")
+
+#: The estimator classes a gate may hold (what ``gate.json`` may name).
+ESTIMATOR_CLASSES = (
+    "mice_exp.estimators.histogram.HistogramRegression",
+    "mice_exp.estimators.kernel.KernelRegression",
+    "mice_exp.estimators.mice.MiceLogisticRegression",
+    "mice_exp.estimators.mice.MiceRandomForest",
+    "mice_exp.estimators.raw.RawConfidence",
+    "mice_exp.estimators.recalibration.IsotonicCalibration",
+    "mice_exp.estimators.recalibration.PlattScaling",
+    "mice_exp.estimators.recalibration.TemperatureScaling",
+)
+
+#: Types beyond skops' own defaults (numpy, scipy, scikit-learn estimators) that our fitted
+#: estimators contain: our classes, a random forest's trees, and NWKR's relplot smoother.
+TRUSTED_TYPES = ESTIMATOR_CLASSES + (
+    "sklearn.tree._tree.Tree",
+    "relplot.estimators.KernelSmoother",
+    "relplot.kernels.ReflectedGaussianKernel",
+)
+
+# Keys that decide what the LLM generates (device and batch size do not enter the gate's identity).
+LLM_IDENTITY = ("name", "source", "dtype", "max_new_tokens", "context_window")
+FEATURE_IDENTITY = ("view", "layers", "confidence", "components", "sources")
+ENCODER_IDENTITY = ("model", "num_layers")
+
+
+def class_path(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _jsonable(value: Any) -> Any:
+    """Estimator params as JSON (numpy scalars unwrapped)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    return value
+
+
+def risk_entry(risk_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The configured risk with its threshold tau (execute iff p > tau)."""
+    from mice_exp.estimation import risks_from
+
+    risk = risks_from(risk_cfg)[risk_cfg["name"]]
+    return {"name": str(risk_cfg["name"]), "tp": risk.tp, "fp": risk.fp, "tn": risk.tn, "fn": risk.fn, "tau": risk.tau}
+
+
+def check_estimator(estimator: Any, columns: Sequence[str]) -> None:
+    """A fitted estimator of an allowed class whose input width matches the feature columns."""
+    from sklearn.utils.validation import check_is_fitted
+
+    if class_path(estimator) not in ESTIMATOR_CLASSES:
+        raise UserError(f"a gate holds one of the mice_exp estimators; got {class_path(estimator)}")
+    check_is_fitted(estimator)
+    width = 1 if estimator.input_kind == "confidence" else len(columns)
+    if getattr(estimator, "n_features_in_", width) != width:
+        raise UserError(f"{type(estimator).__name__} was fitted on {estimator.n_features_in_} columns; "
+                        f"the feature view has {width} ({', '.join(columns[:5])}{', ...' if len(columns) > 5 else ''})")
+
+
+def save_gate(
+    folder: str | Path,
+    cfg: Mapping[str, Any],
+    estimator: Any,
+    columns: Sequence[str],
+    demo_pool: Sequence[Example],
+    llm_stage: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a gate folder for a fitted ``estimator`` and return it.
+
+    Args:
+        folder: where to write (created; an existing gate there is replaced).
+        cfg: the resolved pipeline config (``llm``, ``prompt``, ``retrieval``, ``features``,
+            ``risk``, ``estimator``, ``seed``; ``dataset`` is kept as provenance).
+        estimator: the fitted estimator (holdout protocol: trained on the training split).
+        columns: the feature view's columns (``FeatureSet.columns``) the estimator was fitted on.
+        demo_pool: the examples demonstrations are retrieved from (the pipeline uses the run's examples).
+        llm_stage: the LLM stage's ``done.json`` summary (``n_layers``, ``hidden_size`` are checked
+            against the loaded model).
+        provenance: anything else worth keeping (run id, metrics).
+    """
+    import skops.io as sio
+
+    from mice_exp.llm.prompt import load_template
+
+    features = dict(cfg["features"])
+    if features["view"] not in GATE_VIEWS:
+        raise UserError(f"features.view={features['view']!r} cannot be saved as a gate: its PCA is fitted on the "
+                        f"training rows and not kept; expected one of {', '.join(GATE_VIEWS)}")
+    check_estimator(estimator, columns)
+    k = int(cfg["prompt"]["k_demos"])
+    if len(demo_pool) < k:
+        raise UserError(f"the demo pool has {len(demo_pool)} examples; prompt.k_demos={k} needs at least that many")
+    data = sio.dumps(estimator, compression=zipfile.ZIP_DEFLATED)  # a 1000-tree forest: 20 MB -> 1.5 MB
+    untrusted = set(sio.get_untrusted_types(data=data)) - set(TRUSTED_TYPES)
+    if untrusted:
+        raise UserError(f"{type(estimator).__name__} holds types the gate would refuse to load: {sorted(untrusted)}")
+
+    folder = Path(folder)
+    (folder / TEMPLATE_DIR).mkdir(parents=True, exist_ok=True)
+    (folder / ESTIMATOR_FILE).write_bytes(data)
+    write_jsonl(folder / POOL_FILE, [dataclasses.asdict(e) for e in demo_pool])
+    templates = {}
+    for role in ("template", "system"):
+        name = f"{role}.txt"
+        (folder / TEMPLATE_DIR / name).write_text(load_template(cfg["prompt"][role]), encoding="utf-8")
+        templates[role] = f"{TEMPLATE_DIR}/{name}"
+    spec = {
+        "format": GATE_FORMAT,
+        "mice_exp_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "llm": dict(cfg["llm"]),
+        "llm_stage": dict(llm_stage or {}),
+        "prompt": dict(cfg["prompt"]),
+        "templates": templates,
+        "retrieval": dict(cfg["retrieval"]),
+        "features": features,
+        "columns": list(columns),
+        "risk": risk_entry(cfg["risk"]),
+        "seed": int(cfg.get("seed", 0)),
+        "estimator": {
+            "key": cfg.get("estimator", {}).get("key"), "name": cfg.get("estimator", {}).get("name"),
+            "class": class_path(estimator), "params": _jsonable(estimator.get_params()),
+            "input_kind": estimator.input_kind, "file": ESTIMATOR_FILE, "sha256": file_sha256(folder / ESTIMATOR_FILE),
+        },
+        "demo_pool": {"file": POOL_FILE, "size": len(demo_pool), "sha256": file_sha256(folder / POOL_FILE)},
+        "dataset": dict(cfg.get("dataset", {})),
+        "provenance": dict(provenance or {}),
+    }
+    write_json(folder / SPEC_FILE, spec)
+    return folder
+
+
+def read_spec(folder: Path) -> dict[str, Any]:
+    """``gate.json`` with its format and file checksums verified."""
+    path = folder / SPEC_FILE
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except OSError:
+        raise UserError(f"{folder} is not a gate folder: no {SPEC_FILE} (expected a folder written by save_gate)") from None
+    except json.JSONDecodeError as error:
+        raise UserError(f"{path} is not valid JSON ({error.msg})") from None
+    if not isinstance(spec, dict) or spec.get("format") != GATE_FORMAT:
+        raise UserError(f"{path}: gate format {spec.get('format') if isinstance(spec, dict) else None!r}; "
+                        f"this mice_exp reads format {GATE_FORMAT}")
+    missing = [k for k in SPEC_KEYS if k not in spec]
+    if missing:
+        raise UserError(f"{path} lacks {', '.join(missing)}; expected the file save_gate writes")
+    for entry in (spec["estimator"], spec["demo_pool"]):
+        file = folder / entry["file"]
+        if not file.is_file():
+            raise UserError(f"{folder}: {entry['file']} is missing")
+        if file_sha256(file) != entry["sha256"]:
+            raise UserError(f"{file} does not match the checksum in {SPEC_FILE}: the files come from different "
+                            "gates or were changed; expected the folder exactly as save_gate wrote it")
+    return spec
+
+
+def load_estimator(path: Path, expected_class: str) -> Any:
+    """The fitted estimator in a skops file, refusing any type outside :data:`TRUSTED_TYPES`.
+
+    skops reconstructs objects from a JSON schema and .npy arrays (read with allow_pickle=False);
+    it imports and instantiates only the types passed as ``trusted`` (plus its own defaults), so
+    loading runs no pickled code.
+    """
+    import skops.io as sio
+
+    if expected_class not in ESTIMATOR_CLASSES:
+        raise UserError(f"{path.parent / SPEC_FILE} names estimator class {expected_class!r}; "
+                        f"a gate holds one of {', '.join(c.rsplit('.', 1)[1] for c in ESTIMATOR_CLASSES)}")
+    data = path.read_bytes()
+    try:
+        found = sio.get_untrusted_types(data=data)
+    except Exception as error:  # noqa: BLE001 - a damaged file: say which one
+        raise UserError(f"{path} is not a readable skops file ({type(error).__name__}: {error})") from None
+    refused = sorted(set(found) - set(TRUSTED_TYPES))
+    if refused:
+        raise UserError(f"{path} contains types a gate does not trust: {', '.join(refused)}; refusing to load it")
+    estimator = sio.loads(data, trusted=sorted(found))
+    if class_path(estimator) != expected_class:
+        raise UserError(f"{path} holds a {class_path(estimator)}; {SPEC_FILE} says {expected_class}")
+    return estimator
+
+
+def load_pool(path: Path) -> list[Example]:
+    return [Example(**{**row, "tool_names": tuple(row["tool_names"])}) for row in read_jsonl(path)]

@@ -1,0 +1,79 @@
+"""Making gates: from a finished run's pieces (:func:`save_run_gate`) or from a config (:func:`fit_gate`)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from mice_exp.cache import stable_hash
+from mice_exp.gate.artifact import GATE_VIEWS, save_gate
+from mice_exp.gate.registry import log_gate, model_name, register_gate
+from mice_exp.paths import Paths
+
+
+def demo_pool(cfg: Mapping[str, Any], paths: Paths) -> list:
+    """The run's examples: the pool its LLM stage retrieved demonstrations from."""
+    from mice_exp.llm.stage import select_examples
+
+    return select_examples(cfg["dataset"], paths).examples
+
+
+def fit_gate(cfg: Mapping[str, Any], folder: str | Path, paths: Paths | None = None, llm: Any = None) -> Path:
+    """Fit the configured estimator on the training split and save the gate to ``folder``.
+
+    The LLM stage and the feature view come from their caches when a run already computed them
+    (same config), otherwise they are computed here exactly as ``mice-exp`` would.
+    """
+    from hydra.utils import instantiate
+
+    from mice_exp.features import build_features
+    from mice_exp.llm.stage import run_llm_stage, summary
+    from mice_exp.paths import paths_from
+    from mice_exp.protocols import holdout
+    from mice_exp.run import as_plain, check_config
+
+    cfg = as_plain(cfg)
+    check_config(cfg)
+    paths = paths or paths_from(cfg["paths"])
+    out = run_llm_stage(cfg, paths, llm)
+    fs = build_features(cfg["features"], out, paths.features, seed=int(cfg["seed"]))
+    _, fitted = holdout(instantiate(cfg["estimator"]["model"]), fs)
+    return save_gate(folder, cfg, fitted, fs.columns, demo_pool(cfg, paths), llm_stage=summary(out),
+                     provenance={"llm_cache": out.name, "train_rows": int(fs.rows("train").sum())})
+
+
+def save_run_gate(cfg: Mapping[str, Any], paths: Paths, llm_dir: Path, fs: Any, estimator: Any, tracker: Any,
+                  register: bool | None = None, name: str | None = None) -> dict[str, Any]:
+    """Save the estimator a holdout run fitted as a gate: into the run's artifacts (``gate/``) and,
+    with ``register``, as a new version of a registered model; with tracking off, into
+    ``<cache>/gates/``. Returns where it went (``uri``, ``model``, ``version``, ``folder``).
+
+    ``register`` and ``name`` default to the config's ``gate`` group (``conf/gate/default.yaml``);
+    ``gate.save: false``, views the gate cannot rebuild (pca) and protocols without one model
+    (loao: ``estimator`` is None) save nothing and return {}.
+    """
+    from mice_exp.llm.stage import summary
+
+    options = cfg.get("gate") or {}
+    register = bool(options.get("register", True)) if register is None else register
+    name = name or options.get("name")
+    if not options.get("save", True) or estimator is None or cfg["features"]["view"] not in GATE_VIEWS:
+        return {}
+    provenance = {"run_id": getattr(tracker, "run_id", None), "llm_cache": llm_dir.name,
+                  "train_rows": int(fs.rows("train").sum())}
+    args = (cfg, estimator, fs.columns, demo_pool(cfg, paths))
+    if not getattr(tracker, "enabled", True) or getattr(tracker, "run_id", None) is None:
+        key = stable_hash({k: cfg[k] for k in ("llm", "prompt", "features", "estimator", "risk", "dataset", "seed")})
+        folder = paths.cache / "gates" / f"{cfg['llm']['name']}-{cfg['features']['name']}-{cfg['estimator']['key']}-{key}"
+        save_gate(folder, *args, llm_stage=summary(llm_dir), provenance=provenance)
+        return {"folder": str(folder)}
+    with tempfile.TemporaryDirectory(prefix="mice-gate-") as tmp:
+        save_gate(Path(tmp), *args, llm_stage=summary(llm_dir), provenance=provenance)
+        uri = log_gate(tracker.client, tracker.run_id, tmp)
+    result = {"uri": uri}
+    if register:
+        name = name or model_name(cfg["llm"]["name"], cfg["features"]["name"], cfg["estimator"]["key"])
+        version = register_gate(tracker.client, tracker.run_id, name)
+        result |= {"model": name, "version": int(version.version)}
+    return result

@@ -1,0 +1,280 @@
+"""The deployable gate: a new query -> the LLM's tool call, P(call is correct), execute or abstain.
+
+A query goes through the pipeline's own steps, in the same order and with the same functions:
+demonstrations retrieved from the saved pool (:func:`mice_exp.data.retrieval.rank_demos`), the
+prompt (:func:`mice_exp.llm.prompt.build_prompt`), batched generation with capture
+(:func:`mice_exp.llm.capture.generate_batch`), the LLM stage's record and pooled arrays, written
+as a one-off LLM-stage folder so :func:`mice_exp.features.build_features` builds the feature row
+exactly as it does for a run, and the estimator's ``predict_proba`` on what
+:func:`mice_exp.protocols.inputs` hands it. The call is executed iff p > tau, tau being the
+minimum-Bayes-risk threshold of the saved risk setting (MICE Eq. 2).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from mice_exp import __version__
+from mice_exp.cache import write_json, write_jsonl, write_npz
+from mice_exp.errors import UserError
+from mice_exp.gate.artifact import (
+    ENCODER_IDENTITY,
+    ESTIMATOR_FILE,
+    FEATURE_IDENTITY,
+    LLM_IDENTITY,
+    POOL_FILE,
+    check_estimator,
+    load_estimator,
+    load_pool,
+    read_spec,
+)
+from mice_exp.gate.queries import parse_query, query_id
+from mice_exp.gate.registry import fetch, is_mlflow_uri
+
+SPLIT = "gate"  # the split name of the gate's records (the feature view ignores it)
+
+
+def _norm(value: Any) -> Any:
+    return None if value in (None, [], {}) else value  # an absent list-valued key means an empty one
+
+
+def _differences(saved: Mapping[str, Any], asked: Mapping[str, Any], keys: Sequence[str], prefix: str) -> list[str]:
+    return [f"{prefix}.{k}={saved.get(k)!r} in the gate but {asked.get(k)!r} in the config"
+            for k in keys if _norm(saved.get(k)) != _norm(asked.get(k))]
+
+
+def check_pipeline(spec: Mapping[str, Any], cfg: Mapping[str, Any], where: str,
+                   parts: Sequence[str] = ("llm", "features")) -> None:
+    """Refuse (one-line UserError) when the caller's config names another LLM or feature view."""
+    if "llm" in parts and "llm" in cfg:
+        saved, asked = spec["llm"], cfg["llm"]
+        if saved.get("name") != asked.get("name"):
+            raise UserError(f"the gate {where} was saved for llm={saved.get('name')} ({saved.get('display')}), "
+                            f"but the config asks for llm={asked.get('name')}; expected a gate saved by a "
+                            f"{asked.get('name')} pipeline, or no llm override")
+        diff = _differences(saved, asked, LLM_IDENTITY, "llm")
+        if diff:
+            raise UserError(f"the gate {where} was saved by a different {saved.get('name')} setup: {diff[0]}; "
+                            "expected the LLM settings the gate was trained with")
+    if "features" in parts and "features" in cfg:
+        saved, asked = spec["features"], cfg["features"]
+        diff = _differences(saved, asked, FEATURE_IDENTITY, "features")
+        diff += _differences(saved.get("encoder") or {}, asked.get("encoder") or {}, ENCODER_IDENTITY, "features.encoder")
+        if diff:
+            raise UserError(f"the gate {where} was saved for features={saved.get('name')} but the config asks for "
+                            f"features={asked.get('name')} ({diff[0]}); expected the gate's feature view")
+
+
+def _open_client(tracking: Mapping[str, Any] | str | None, root: Path | None):
+    from mice_exp.paths import project_root
+    from mice_exp.tracking.store import open_client, tracking_uri
+
+    if isinstance(tracking, str):
+        return open_client(tracking)
+    return open_client(tracking_uri(tracking or {}, Path(root or project_root())))
+
+
+class Gate:
+    """A saved pipeline that answers queries; build it with :meth:`load`."""
+
+    def __init__(self, folder: Path, spec: dict[str, Any], estimator: Any, pool: list, *, llm: Any = None,
+                 device: str | None = None, batch_size: int | None = None, models: Path | None = None,
+                 keep: Any = None) -> None:
+        self.folder = Path(folder)
+        self.spec = spec
+        self.estimator = estimator
+        self.pool = pool
+        self.llm_cfg = dict(spec["llm"]) | ({"device": device} if device else {})
+        if batch_size:
+            self.llm_cfg["batch_size"] = int(batch_size)
+        templates = {role: str(self.folder / rel) for role, rel in spec["templates"].items()}
+        self.prompt_cfg = dict(spec["prompt"]) | templates  # the saved copies, not today's shipped files
+        self.models = models  # where converted model weights are cached (default: <project>/.cache/models)
+        self._llm = None
+        self._encoder = None
+        self._keep = keep  # the temporary download of an MLflow source lives as long as the gate
+        self.timing: dict[str, float] = {}
+        if llm is not None:
+            self._check_llm(llm)
+            self._llm = llm
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(cls, source: str | Path, *, expect: Mapping[str, Any] | None = None,
+             parts: Sequence[str] = ("llm", "features"), llm: Any = None, device: str | None = None, batch_size: int | None = None, models: Path | None = None,
+             tracking: Mapping[str, Any] | str | None = None, root: Path | None = None) -> Gate:
+        """Load a gate folder, or the folder behind ``runs:/<id>/gate`` / ``models:/<name>/<version>``.
+
+        Args:
+            expect: a pipeline config; its ``llm`` / ``features`` (those named in ``parts``) must be
+                the gate's, else a one-line UserError refuses it before anything heavy loads.
+            llm: an already loaded :class:`mice_exp.llm.model.LLM` to use (else loaded on first use).
+            device, batch_size: override where and in what batches the LLM runs (they do not change
+                the gate's identity).
+            models: the model cache (``Paths.models``) the LLM is loaded or converted into.
+            tracking: the ``tracking`` config (or a tracking URI) for MLflow sources; default: the
+                project's embedded store.
+        """
+        keep = None
+        if is_mlflow_uri(str(source)):
+            keep = tempfile.TemporaryDirectory(prefix="mice-gate-")
+            folder = fetch(str(source), _open_client(tracking, root), Path(keep.name))
+        else:
+            folder = Path(source).expanduser()
+            if not folder.is_dir():
+                raise UserError(f"model={source}: no such folder; expected a gate folder, runs:/<run id>/gate "
+                                "or models:/<name>/<version>")
+        spec = read_spec(folder)
+        if expect is not None:
+            check_pipeline(spec, expect, str(source), parts)
+        if spec.get("mice_exp_version") != __version__:
+            warnings.warn(f"gate {source} was saved by mice_exp {spec.get('mice_exp_version')}, this is {__version__}",
+                          stacklevel=2)
+        estimator = load_estimator(folder / ESTIMATOR_FILE, spec["estimator"]["class"])
+        check_estimator(estimator, spec["columns"])
+        return cls(folder, spec, estimator, load_pool(folder / POOL_FILE), llm=llm, device=device,
+                   batch_size=batch_size, models=models, keep=keep)
+
+    @property
+    def tau(self) -> float:
+        return float(self.spec["risk"]["tau"])
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.spec["columns"])
+
+    def set_risk(self, risk_cfg: Mapping[str, Any]) -> None:
+        """Decide at another risk setting (a ``conf/risk`` entry); the probabilities do not change."""
+        from mice_exp.gate.artifact import risk_entry
+
+        self.spec["risk"] = risk_entry(risk_cfg)
+
+    def describe(self) -> str:
+        s = self.spec
+        return (f"{s['llm'].get('display', s['llm']['name'])} | features {s['features'].get('name')} | "
+                f"{s['estimator'].get('name') or s['estimator']['class'].rsplit('.', 1)[1]} | "
+                f"risk {s['risk']['name']} (tau={self.tau:g}) | demo pool {len(self.pool)}")
+
+    def _check_llm(self, llm: Any) -> None:
+        saved = self.spec["llm"]["name"]
+        if llm.name != saved:
+            raise UserError(f"the gate needs llm={saved}; the model given is {llm.name}")
+        stage = self.spec.get("llm_stage") or {}
+        for key in ("n_layers", "hidden_size"):
+            if key in stage and int(stage[key]) != int(getattr(llm, key)):
+                raise UserError(f"the gate was trained on a {saved} with {key}={stage[key]}; the loaded model has "
+                                f"{getattr(llm, key)}; expected the same weights")
+
+    def llm(self) -> Any:
+        if self._llm is None:
+            from mice_exp.llm.model import load_llm
+            from mice_exp.paths import project_root
+
+            llm = load_llm(self.llm_cfg, self.models or project_root() / ".cache" / "models")
+            self._check_llm(llm)
+            self._llm = llm
+        return self._llm
+
+    def encoder(self) -> Any:
+        if self._encoder is None:
+            from mice_exp.data.retrieval import SentenceEncoder
+
+            retrieval = self.spec["retrieval"]
+            self._encoder = SentenceEncoder(retrieval.get("model"), device=retrieval.get("device", "cpu"))
+        return self._encoder
+
+    # ------------------------------------------------------------------ scoring
+    def probabilities(self, fs: Any) -> np.ndarray:
+        """P(correct) for the rows of a FeatureSet built with the gate's feature view."""
+        from mice_exp.protocols import inputs
+
+        if list(fs.columns) != self.columns:
+            raise UserError(f"the feature view gave columns {fs.columns[:4]}...; the gate was fitted on "
+                            f"{self.columns[:4]}... ({len(self.columns)}); expected the same view and LLM")
+        return self.estimator.predict_proba(inputs(self.estimator, fs))[:, 1]
+
+    def decide(self, queries: Sequence[Any], places: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """One answer per query, in order: ``{id, call: {api, args}, text, probability, decision, tau,
+        raw_confidence, parse_error, error}``; ``decision`` is "execute" (p > tau) or "abstain", and
+        a query that cannot be run gets ``error`` (and no decision) while the others still run."""
+        from mice_exp.data.retrieval import rank_demos
+        from mice_exp.llm.prompt import build_prompt
+
+        start = time.perf_counter()
+        answers: list[dict[str, Any] | None] = [None] * len(queries)
+        ids = [query_id(q, i) for i, q in enumerate(queries)]
+        examples = {}
+        for i, item in enumerate(queries):
+            try:
+                examples[i] = parse_query(item, i, places[i] if places else None)
+            except UserError as error:
+                answers[i] = self._error(ids[i], str(error))
+        prompts = {}
+        if examples:
+            llm, k = self.llm(), int(self.prompt_cfg["k_demos"])
+            demos = rank_demos(list(examples.values()), k, self.encoder(), pool=self.pool)
+            by_id = {e.id: e for e in self.pool}
+            budget = int(self.llm_cfg["context_window"]) - int(self.llm_cfg["max_new_tokens"])
+            for i, example in examples.items():
+                try:
+                    prompts[i] = build_prompt(example, [by_id[d] for d in demos[example.id]], llm.tokenizer,
+                                              self.prompt_cfg, budget)
+                except UserError as error:
+                    answers[i] = self._error(ids[i], str(error).replace(example.id, f"query {ids[i]!r}"))
+        self.timing = {"prepare_s": time.perf_counter() - start}
+        if prompts:
+            records, p = self._run(examples, prompts)
+            for i, record, prob in zip(sorted(prompts), records, p):
+                answers[i] = self._answer(ids[i], record, float(prob))
+        self.timing["total_s"] = time.perf_counter() - start
+        return answers  # type: ignore[return-value]
+
+    def _run(self, examples: dict[int, Any], prompts: dict[int, Any]) -> tuple[list[dict], np.ndarray]:
+        """Generate in the stage's batch order, build the feature rows, score them; rows in index order."""
+        from mice_exp.features import build_features
+        from mice_exp.llm.capture import generate_batch
+        from mice_exp.llm.stage import _record, _shard_arrays, load_records  # TODO: make the first two public
+
+        llm = self.llm()
+        order = sorted(prompts, key=lambda i: (len(prompts[i].ids), i))  # as the LLM stage batches
+        size, new = int(self.llm_cfg["batch_size"]), int(self.llm_cfg["max_new_tokens"])
+        tick = time.perf_counter()
+        bar = tqdm(total=len(order), desc=f"gate {llm.name}", unit="query", leave=False)
+        with tempfile.TemporaryDirectory(prefix="mice-gate-stage-") as tmp:
+            stage = Path(tmp)
+            for n, lo in enumerate(range(0, len(order), size)):
+                batch = order[lo:lo + size]
+                gens = generate_batch(llm, [prompts[i].ids for i in batch], new)
+                lens_text = [llm.tokenizer.batch_decode(g.lens_ids.tolist(), skip_special_tokens=True,
+                                                        clean_up_tokenization_spaces=False) for g in gens]
+                write_npz(stage / f"shard-{n:05d}.npz", _shard_arrays(gens, False))
+                write_jsonl(stage / f"shard-{n:05d}.jsonl",
+                            [_record(examples[i], SPLIT, prompts[i], g, t) for i, g, t in zip(batch, gens, lens_text)])
+                bar.update(len(batch))
+            bar.close()
+            write_json(stage / "done.json", {"n_layers": llm.n_layers, "hidden_size": llm.hidden_size})
+            self.timing["generate_s"] = time.perf_counter() - tick
+            tick = time.perf_counter()
+            fs = build_features(self.spec["features"], stage, stage / "features", seed=int(self.spec["seed"]))
+            records = load_records(stage)
+        p = self.probabilities(fs)
+        self.timing["features_s"] = time.perf_counter() - tick
+        row = {r["id"]: n for n, r in enumerate(records)}
+        keep = [row[examples[i].id] for i in sorted(prompts)]
+        return [records[n] for n in keep], p[keep]
+
+    def _answer(self, qid: Any, record: Mapping[str, Any], p: float) -> dict[str, Any]:
+        return {"id": qid, "call": {"api": record["pred_api"], "args": record["pred_args"]}, "text": record["text"],
+                "probability": p, "decision": "execute" if p > self.tau else "abstain", "tau": self.tau,
+                "raw_confidence": record["raw_confidence"], "parse_error": record["parse_error"], "error": None}
+
+    def _error(self, qid: Any, message: str) -> dict[str, Any]:
+        return {"id": qid, "call": None, "text": None, "probability": None, "decision": None, "tau": self.tau,
+                "raw_confidence": None, "parse_error": None, "error": message}

@@ -1,0 +1,247 @@
+"""The deployable gate (mice_exp.gate) on tiny_random: save, reload in a fresh process, refuse bad input."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from mice_exp.cache import file_sha256, write_json
+from mice_exp.commands import compose_config
+from mice_exp.errors import UserError
+from mice_exp.estimators import MiceLogisticRegression
+from mice_exp.features import build_features
+from mice_exp.gate import Gate, parse_query, read_queries, read_spec, save_gate
+from mice_exp.llm.stage import run_llm_stage, select_examples, summary
+from mice_exp.paths import PACKAGE_ROOT, Paths
+from mice_exp.run import as_plain
+
+FIXTURES = PACKAGE_ROOT / "tests" / "fixtures"
+STE_TINY = FIXTURES / "ste_tiny.json"
+QUERIES = FIXTURES / "gate_queries.jsonl"
+BAD_LINES = {"broken-json": "not valid JSON", "tools-not-a-list": "'tools' must be a string or a non-empty list",
+             "unnamed-tools": "API_name: <name>", "no-query": "missing key(s) ['query']"}
+
+
+def tiny_cfg(*extra: str) -> dict:
+    # cosine view: tiny_random writes blank lines, whose BERTScores are all 0; cosines vary per query
+    return as_plain(compose_config(["llm=tiny_random", f"dataset.path={STE_TINY}", "llm.batch_size=3",
+                                    "llm.max_new_tokens=6", "prompt.k_demos=2", "features=cosine",
+                                    "estimator=mice_lr", *extra]))
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory, tiny_llm):
+    """A gate saved from a real LLM stage + feature view, with an estimator fitted on fixed labels."""
+    tmp = tmp_path_factory.mktemp("gate")
+    cfg = tiny_cfg()
+    paths = Paths(root=PACKAGE_ROOT, cache=tmp / "cache")
+    out = run_llm_stage(cfg, paths, llm=tiny_llm)
+    fs = build_features(cfg["features"], out, paths.features)
+    estimator = MiceLogisticRegression(C=1e6).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
+    folder = save_gate(tmp / "gate", cfg, estimator, fs.columns, select_examples(cfg["dataset"], paths).examples,
+                       llm_stage=summary(out))
+    return folder, estimator, fs, SimpleNamespace(cfg=cfg, paths=paths, out=out)
+
+
+@pytest.fixture(scope="module")
+def answers(fitted, tiny_llm):
+    items, places = read_queries(QUERIES)
+    return Gate.load(fitted[0], llm=tiny_llm).decide(items, places)
+
+
+def hexes(answers: list[dict]) -> list[str | None]:
+    return [None if a["probability"] is None else float.hex(a["probability"]) for a in answers]
+
+
+def test_the_saved_folder_is_json_text_and_skops_only(fitted):
+    folder, estimator, fs, _ = fitted
+    assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == [
+        "demo_pool.jsonl", "estimator.skops", "gate.json", "system.txt", "template.txt"]
+    spec = read_spec(folder)
+    assert spec["llm"]["name"] == "tiny_random" and spec["features"]["view"] == "cosine"
+    assert spec["columns"] == fs.columns and spec["risk"]["tau"] == 0.5
+    assert spec["estimator"]["class"] == "mice_exp.estimators.mice.MiceLogisticRegression"
+    assert spec["estimator"]["params"] == {"C": 1e6, "max_iter": 1000}
+    reloaded = Gate.load(folder).estimator
+    assert np.array_equal(reloaded.predict_proba(fs.X).view(np.uint64), estimator.predict_proba(fs.X).view(np.uint64))
+
+
+def test_batch_answers_good_lines_and_names_each_bad_one(answers):
+    by_id = {a["id"]: a for a in answers}
+    assert [a["id"] for a in answers] == ["ste-text", "tool-list", "line 3", "tools-not-a-list", "unnamed-tools", 7,
+                                          "no-query"]
+    for qid, needle in BAD_LINES.items():
+        answer = by_id["line 3" if qid == "broken-json" else qid]
+        assert needle in answer["error"] and answer["decision"] is None and answer["probability"] is None
+        assert "gate_queries.jsonl:" in answer["error"]  # names the file and line
+    for qid in ("ste-text", "tool-list", 7):
+        answer = by_id[qid]
+        assert answer["error"] is None and 0.0 <= answer["probability"] <= 1.0 and answer["tau"] == 0.5
+        assert answer["decision"] == ("execute" if answer["probability"] > 0.5 else "abstain")
+        assert set(answer["call"]) == {"api", "args"} and isinstance(answer["text"], str)
+    assert len({by_id[q]["probability"] for q in ("ste-text", "tool-list", 7)}) == 3  # not a constant
+
+
+# Runs the CLI in a fresh interpreter and records whether anything was unpickled meanwhile.
+FRESH = textwrap.dedent("""
+    import sys
+    unpickled = []
+    sys.addaudithook(lambda event, args: unpickled.append(args) if event == "pickle.find_class" else None)
+    from mice_exp.gate.command import main
+    sys.argv = ["mice-exp", *sys.argv[1:]]
+    main()
+    print("UNPICKLED", len(unpickled), unpickled[:3], file=sys.stderr)
+""")
+
+
+def test_a_fresh_process_reproduces_the_probabilities_bit_for_bit_without_unpickling(fitted, answers, tmp_path):
+    out = tmp_path / "answers.jsonl"
+    done = subprocess.run([sys.executable, "-c", FRESH, f"model={fitted[0]}", f"input={QUERIES}", f"output={out}"],
+                          cwd=PACKAGE_ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "UNPICKLED 0 []" in done.stderr
+    fresh = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [json.loads(line) for line in done.stdout.splitlines()] == fresh
+    assert hexes(fresh) == hexes(answers)
+    assert fresh == answers
+    assert "gate: 7 queries" in done.stderr and "error 4" in done.stderr
+
+
+def test_a_gate_refuses_a_config_for_another_llm_or_feature_view(fitted):
+    with pytest.raises(UserError, match=r"saved for llm=tiny_random .* asks for llm=smollm2_135m"):
+        Gate.load(fitted[0], expect=tiny_cfg("llm=smollm2_135m"))
+    with pytest.raises(UserError, match=r"features=cosine but the config asks for features=bertscore"):
+        Gate.load(fitted[0], expect=tiny_cfg("features=bertscore"))
+    with pytest.raises(UserError, match=r"llm.max_new_tokens=6 in the gate but 7"):
+        Gate.load(fitted[0], expect=tiny_cfg("llm.max_new_tokens=7"))
+    Gate.load(fitted[0], expect=tiny_cfg("llm.device=cpu", "llm.batch_size=1"))  # where it runs is not identity
+
+
+def test_the_command_refuses_a_mismatch_in_one_line(fitted, monkeypatch, capsys):
+    from mice_exp.gate.command import main
+
+    monkeypatch.setattr(sys, "argv", ["mice-exp", f"model={fitted[0]}", f"input={QUERIES}", "llm=smollm2_135m"])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1
+    assert err[0].startswith("mice-exp: error: the gate ") and "llm=smollm2_135m" in err[0]
+
+
+def test_a_gate_refuses_an_llm_with_other_weights(fitted, tiny_llm, tmp_path):
+    folder = copy_gate(fitted[0], tmp_path / "other")
+    spec = json.loads((folder / "gate.json").read_text())
+    spec["llm_stage"]["n_layers"] = tiny_llm.n_layers + 1
+    write_json(folder / "gate.json", spec)
+    with pytest.raises(UserError, match=f"n_layers={tiny_llm.n_layers + 1}; the loaded model has {tiny_llm.n_layers}"):
+        Gate.load(folder, llm=tiny_llm)
+
+
+def copy_gate(src: Path, dst: Path) -> Path:
+    for path in src.rglob("*"):
+        if path.is_file():
+            (dst / path.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+            (dst / path.relative_to(src)).write_bytes(path.read_bytes())
+    return dst
+
+
+def test_loading_refuses_untrusted_types_and_runs_nothing(fitted, tmp_path):
+    import skops.io as sio
+
+    folder = copy_gate(fitted[0], tmp_path / "evil")
+    marker = tmp_path / "pwned"
+    evil = MiceLogisticRegression().fit(np.eye(4), [0, 1, 0, 1])
+    evil.model_ = functools.partial(os.system, f"touch {marker}")
+    (folder / "estimator.skops").write_bytes(sio.dumps(evil))
+    with pytest.raises(UserError, match="does not match the checksum"):
+        Gate.load(folder)  # swapped file: refused before skops looks at it
+    spec = json.loads((folder / "gate.json").read_text())
+    spec["estimator"]["sha256"] = file_sha256(folder / "estimator.skops")  # an attacker fixes the checksum too
+    write_json(folder / "gate.json", spec)
+    with pytest.raises(UserError, match=r"contains types a gate does not trust: functools.partial, posix.system"):
+        Gate.load(folder)
+    assert not marker.exists()
+
+
+def test_save_refuses_what_a_gate_could_not_rebuild_or_load(fitted, tmp_path):
+    _, estimator, fs, _ = fitted
+    pool = select_examples(tiny_cfg()["dataset"], Paths(root=PACKAGE_ROOT, cache=tmp_path)).examples
+    with pytest.raises(UserError, match="features.view='pca' cannot be saved"):
+        save_gate(tmp_path / "g", tiny_cfg("features=pca10"), estimator, fs.columns, pool)
+    with pytest.raises(UserError, match="the demo pool has 1 examples; prompt.k_demos=2"):
+        save_gate(tmp_path / "g", tiny_cfg(), estimator, fs.columns, pool[:1])
+    with pytest.raises(UserError, match="fitted on 4 columns; the feature view has 3"):
+        save_gate(tmp_path / "g", tiny_cfg(), estimator, fs.columns[:3], pool)
+
+
+@pytest.mark.parametrize("item, message", [
+    ({"query": "q", "tools": []}, "non-empty list of objects"),
+    ({"query": "q", "tools": [{"description": "no name"}]}, "non-empty list of objects"),
+    ({"query": "q", "tools": "no names here"}, "tool_names"),
+    ({"query": "q", "tools": "text", "tool_names": "a"}, "tool_names"),
+    ({"query": "", "tools": [{"name": "a"}]}, "'query' must be a non-empty string"),
+    ({"id": [1], "query": "q", "tools": [{"name": "a"}]}, "'id' must be a string or an integer"),
+    (["not", "a", "dict"], "expected a JSON object"),
+])
+def test_malformed_queries_are_user_errors(item, message):
+    with pytest.raises(UserError, match=message):
+        parse_query(item, 0)
+
+
+def test_good_queries_become_examples():
+    text = parse_query({"id": "a", "query": "q", "tools": "API_name: f\nDescription: d"}, 0)
+    assert text.tool_names == ("f",) and text.tools.startswith("API_name: f")
+    listed = parse_query({"query": "q", "tools": [{"name": "f"}, {"name": "g"}]}, 3)
+    assert listed.tool_names == ("f", "g") and listed.id == "gate/3"
+
+
+@pytest.mark.filterwarnings("ignore::mice_exp.estimators.FallbackWarning")  # tiny_random gets no call right
+def test_fit_gate_builds_one_from_a_config_reusing_the_llm_stage(fitted, tmp_path, monkeypatch):
+    import mice_exp.llm.stage as stage
+    from mice_exp.gate import fit_gate
+
+    _, _, fs, run = fitted
+    monkeypatch.setattr(stage, "generate_batch", lambda *a, **k: pytest.fail("generated again"))
+    spec = read_spec(fit_gate(run.cfg, tmp_path / "fit", paths=run.paths))
+    assert spec["columns"] == fs.columns and spec["estimator"]["key"] == "mice_lr"
+    assert spec["provenance"]["llm_cache"] == run.out.name and spec["demo_pool"]["size"] == 6
+
+
+def test_a_run_without_tracking_keeps_its_gate_in_the_cache(fitted):
+    from mice_exp.gate import save_run_gate
+    from mice_exp.tracking import NullRun
+
+    _, estimator, fs, run = fitted
+    saved = save_run_gate(run.cfg, run.paths, run.out, fs, estimator, NullRun())
+    folder = Path(saved["folder"])
+    assert folder.parent == run.paths.cache / "gates" and read_spec(folder)["columns"] == fs.columns
+    assert save_run_gate(run.cfg, run.paths, run.out, fs, None, NullRun()) == {}  # loao: no single model
+
+
+@pytest.mark.slow
+def test_a_run_logs_and_registers_its_gate_and_every_uri_loads_it(fitted, tmp_path):
+    from mice_exp.gate import save_run_gate
+    from mice_exp.tracking import tracked_run
+
+    _, estimator, fs, run = fitted
+    tracking = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "gate-test", "enabled": True}
+    with tracked_run(tracking, tmp_path, run_name="gate") as tracker:
+        saved = save_run_gate(run.cfg, run.paths, run.out, fs, estimator, tracker)
+    name = "mice_exp-gate-tiny_random-cosine-mice_lr"
+    assert saved == {"uri": f"runs:/{tracker.run_id}/gate", "model": name, "version": 1}
+    for source in (saved["uri"], f"models:/{name}/1", f"models:/{name}/latest"):
+        gate = Gate.load(source, tracking=tracking, root=tmp_path)
+        assert gate.columns == fs.columns and gate.spec["provenance"]["run_id"] == tracker.run_id
+        assert np.array_equal(gate.estimator.predict_proba(fs.X), estimator.predict_proba(fs.X))
+    with pytest.raises(UserError, match="model=runs:/nope/gate: MLflow could not provide it"):
+        Gate.load("runs:/nope/gate", tracking=tracking, root=tmp_path)
