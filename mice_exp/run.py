@@ -91,12 +91,25 @@ def confidence_sources(cfg: dict[str, Any], paths: Paths, out, records: list[dic
     return {name: load_source(compute_source(name, cfg, out, examples, records, llm), ids) for name in names}
 
 
+def _sample_efficiency(cfg: dict[str, Any], fs, tracker) -> dict[str, Any]:
+    """MICE Figure 7: AUC-ETCU against training size, as a table and a figure."""
+    from mice_exp.protocols.sample_efficiency import run_sample_efficiency
+
+    table, figure = run_sample_efficiency(cfg["protocol"], fs, seed=int(cfg["seed"]), title=cfg["llm"]["display"])
+    print("\n" + table.to_string())
+    tracker.log_table(table, "sample_efficiency.csv")
+    tracker.log_figure(figure, "figures/sample_efficiency.png")
+    return {}
+
+
 def _estimate(cfg: dict[str, Any], paths: Paths, out, records, tracker) -> dict[str, Any]:
     from mice_exp.estimation import run_estimators, table
     from mice_exp.features import build_features
 
     sources = confidence_sources(cfg, paths, out, records)
     fs = build_features(cfg["features"], out, paths.features, seed=int(cfg["seed"]), sources=sources)
+    if cfg["protocol"]["name"] == "sample_efficiency":
+        return _sample_efficiency(cfg, fs, tracker)
     rows = run_estimators(cfg, fs)
     print("\n" + table(rows, f"{cfg['llm']['display']} on {cfg['dataset']['name']} "
                              f"({cfg['protocol']['name']}, features {cfg['features']['name']}, "

@@ -14,7 +14,7 @@ from sklearn.base import clone
 from mice_exp.errors import UserError
 from mice_exp.features import FeatureSet
 
-PROTOCOLS = ("holdout", "loao")
+PROTOCOLS = ("holdout", "loao", "sample_efficiency")
 
 
 def inputs(estimator, fs: FeatureSet, source: str = "raw") -> np.ndarray:
@@ -44,7 +44,8 @@ def loao(estimator, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray, No
     return out[test], None
 
 
-def get_protocol(name: str) -> Callable:
+def get_protocol(name: str) -> Callable | None:
+    """The per-estimator protocol function (None for sample_efficiency, which runs its own grid)."""
     if name not in PROTOCOLS:
         raise UserError(f"protocol.name={name!r}; expected one of {', '.join(PROTOCOLS)}")
-    return {"holdout": holdout, "loao": loao}[name]
+    return {"holdout": holdout, "loao": loao}.get(name)
