@@ -125,6 +125,11 @@ def _estimate(cfg: dict[str, Any], paths: Paths, out, records, tracker) -> dict[
         metrics |= belief
     tracker.log_metrics(metrics)
     _log_outputs(tracker, rows, fs, cfg)
+    from mice_exp.gate.build import save_run_gate
+
+    saved = save_run_gate(cfg, paths, out, fs, rows[-1].estimator, tracker)
+    if saved:
+        print(f"gate saved: {saved.get('uri') or saved.get('folder')} (mice-exp gate model=... input=queries.jsonl)")
     return metrics | {"objective": rows[-1].metrics["auc_etcu"]}
 
 
