@@ -176,8 +176,12 @@ def test_loading_refuses_untrusted_types_and_runs_nothing(fitted, tmp_path):
 def test_save_refuses_what_a_gate_could_not_rebuild_or_load(fitted, tmp_path):
     _, estimator, fs, _ = fitted
     pool = select_examples(tiny_cfg()["dataset"], Paths(root=PACKAGE_ROOT, cache=tmp_path)).examples
-    with pytest.raises(UserError, match="features.view='pca' cannot be saved"):
+    with pytest.raises(UserError, match="cannot save this pipeline as a gate: features.view='pca'"):
         save_gate(tmp_path / "g", tiny_cfg("features=pca10"), estimator, fs.columns, pool)
+    with pytest.raises(UserError, match="estimator.source='p_true': a gate computes the raw confidence only"):
+        save_gate(tmp_path / "g", tiny_cfg("estimator=p_true"), estimator, fs.columns, pool)
+    with pytest.raises(UserError, match=r"features.sources=\['verbalized'\]"):
+        save_gate(tmp_path / "g", tiny_cfg("features.sources=[verbalized]"), estimator, fs.columns, pool)
     with pytest.raises(UserError, match="the demo pool has 1 examples; prompt.k_demos=2"):
         save_gate(tmp_path / "g", tiny_cfg(), estimator, fs.columns, pool[:1])
     with pytest.raises(UserError, match="fitted on 4 columns; the feature view has 3"):
@@ -226,6 +230,9 @@ def test_a_run_without_tracking_keeps_its_gate_in_the_cache(fitted):
     folder = Path(saved["folder"])
     assert folder.parent == run.paths.cache / "gates" and read_spec(folder)["columns"] == fs.columns
     assert save_run_gate(run.cfg, run.paths, run.out, fs, None, NullRun()) == {}  # loao: no single model
+    p_true = tiny_cfg("estimator=p_true")
+    assert save_run_gate(p_true, run.paths, run.out, fs, estimator, NullRun()) == {}  # needs a source the gate lacks
+    assert save_run_gate(tiny_cfg("gate.save=false"), run.paths, run.out, fs, estimator, NullRun()) == {}
 
 
 @pytest.mark.slow

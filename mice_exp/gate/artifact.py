@@ -88,6 +88,22 @@ def risk_entry(risk_cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {"name": str(risk_cfg["name"]), "tp": risk.tp, "fp": risk.fp, "tn": risk.tn, "fn": risk.fn, "tau": risk.tau}
 
 
+def unsupported(cfg: Mapping[str, Any]) -> str | None:
+    """Why a gate cannot rebuild this pipeline's inputs for a new query (None when it can)."""
+    view = cfg["features"]["view"]
+    if view not in GATE_VIEWS:
+        return (f"features.view={view!r}: its PCA is fitted on the training rows and not kept; "
+                f"expected one of {', '.join(GATE_VIEWS)}")
+    source = (cfg.get("estimator") or {}).get("source", "raw")
+    if source != "raw":
+        return (f"estimator.source={source!r}: a gate computes the raw confidence only, not the {source} source "
+                "(mice_exp.llm.sources); expected an estimator on the raw confidence or the feature view")
+    if cfg["features"].get("sources"):
+        return (f"features.sources={list(cfg['features']['sources'])}: a gate does not compute extra confidence "
+                "sources; expected features without sources")
+    return None
+
+
 def check_estimator(estimator: Any, columns: Sequence[str]) -> None:
     """A fitted estimator of an allowed class whose input width matches the feature columns."""
     from sklearn.utils.validation import check_is_fitted
@@ -128,9 +144,9 @@ def save_gate(
     from mice_exp.llm.prompt import load_template
 
     features = dict(cfg["features"])
-    if features["view"] not in GATE_VIEWS:
-        raise UserError(f"features.view={features['view']!r} cannot be saved as a gate: its PCA is fitted on the "
-                        f"training rows and not kept; expected one of {', '.join(GATE_VIEWS)}")
+    reason = unsupported(cfg)
+    if reason:
+        raise UserError(f"cannot save this pipeline as a gate: {reason}")
     check_estimator(estimator, columns)
     k = int(cfg["prompt"]["k_demos"])
     if len(demo_pool) < k:
@@ -164,7 +180,7 @@ def save_gate(
         "seed": int(cfg.get("seed", 0)),
         "estimator": {
             "key": cfg.get("estimator", {}).get("key"), "name": cfg.get("estimator", {}).get("name"),
-            "class": class_path(estimator), "params": _jsonable(estimator.get_params()),
+            "class": class_path(estimator), "params": _jsonable(estimator.get_params()), "source": "raw",
             "input_kind": estimator.input_kind, "file": ESTIMATOR_FILE, "sha256": file_sha256(folder / ESTIMATOR_FILE),
         },
         "demo_pool": {"file": POOL_FILE, "size": len(demo_pool), "sha256": file_sha256(folder / POOL_FILE)},

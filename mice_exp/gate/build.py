@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mice_exp.cache import stable_hash
-from mice_exp.gate.artifact import GATE_VIEWS, save_gate
+from mice_exp.gate.artifact import save_gate, unsupported
 from mice_exp.gate.registry import log_gate, model_name, register_gate
 from mice_exp.paths import Paths
 
@@ -50,7 +50,8 @@ def save_run_gate(cfg: Mapping[str, Any], paths: Paths, llm_dir: Path, fs: Any, 
     ``<cache>/gates/``. Returns where it went (``uri``, ``model``, ``version``, ``folder``).
 
     ``register`` and ``name`` default to the config's ``gate`` group (``conf/gate/default.yaml``);
-    ``gate.save: false``, views the gate cannot rebuild (pca) and protocols without one model
+    ``gate.save: false``, inputs the gate cannot rebuild (the pca view, confidence sources other
+    than raw; see :func:`mice_exp.gate.artifact.unsupported`) and protocols without one model
     (loao: ``estimator`` is None) save nothing and return {}.
     """
     from mice_exp.llm.stage import summary
@@ -58,7 +59,7 @@ def save_run_gate(cfg: Mapping[str, Any], paths: Paths, llm_dir: Path, fs: Any, 
     options = cfg.get("gate") or {}
     register = bool(options.get("register", True)) if register is None else register
     name = name or options.get("name")
-    if not options.get("save", True) or estimator is None or cfg["features"]["view"] not in GATE_VIEWS:
+    if not options.get("save", True) or estimator is None or unsupported(cfg):
         return {}
     provenance = {"run_id": getattr(tracker, "run_id", None), "llm_cache": llm_dir.name,
                   "train_rows": int(fs.rows("train").sum())}

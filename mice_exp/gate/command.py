@@ -50,7 +50,10 @@ def gate(argv: Sequence[str]) -> None:
         key, sep, value = arg.partition("=")
         if not sep or not key:
             raise UserError(f"{arg!r} is not key=value; {USAGE}")
-        (opts.__setitem__(key, value) if key in GATE_KEYS else overrides.append(arg))
+        if key in GATE_KEYS:
+            opts[key] = value
+        else:
+            overrides.append(arg)
     missing = [k for k in ("model", "input") if not opts.get(k)]
     if missing:
         raise UserError(f"{' and '.join(missing)} missing; {USAGE}")
@@ -62,6 +65,7 @@ def gate(argv: Sequence[str]) -> None:
     device = opts.get("device") or (cfg["llm"]["device"] if "llm.device" in given else None)
     batch = opts.get("batch_size") or (cfg["llm"]["batch_size"] if "llm.batch_size" in given else None)
     paths = paths_from(cfg["paths"])
+    items, places = read_queries(opts["input"])  # a missing file fails before anything loads
     start = time.perf_counter()
     loaded = Gate.load(opts["model"], expect=cfg, parts=[p for p in ("llm", "features") if p in groups],
                        device=device, batch_size=int(batch) if batch else None,
@@ -69,7 +73,6 @@ def gate(argv: Sequence[str]) -> None:
     loaded_s = time.perf_counter() - start
     if "risk" in groups:
         loaded.set_risk(cfg["risk"])
-    items, places = read_queries(opts["input"])
     print(f"gate: {loaded.describe()}", file=sys.stderr)
     answers = loaded.decide(items, places)
     lines = [json.dumps(a, ensure_ascii=False) for a in answers]
