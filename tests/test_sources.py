@@ -58,6 +58,18 @@ def test_consistency_counts_samples_equal_to_the_greedy_call(tiny_llm, tokenizer
     padded = [r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows]
     import torch
 
-    monkeypatch.setattr(sources, "generate_ids", lambda *a, **k: torch.tensor(padded))
+    batches = iter([padded[:3], padded[3:]])
+    monkeypatch.setattr(sources, "sample_ids", lambda *a, **k: torch.tensor(next(batches)))
     values = sources.consistency(tiny_llm, [[1], [1]], greedy, samples=3, temperature=1.0, max_new_tokens=4, seed=0)
     assert values == [pytest.approx(2 / 3), 0.0]
+
+
+def test_samples_share_one_prefill_and_match_plain_generation(tiny_llm):
+    """Greedy continuations from the repeated prefix cache equal generate's from the full prompt."""
+    from mice_exp.llm.capture import generate_ids, sample_ids
+
+    prompt = list(range(5, 40))
+    plain = generate_ids(tiny_llm, [prompt], max_new_tokens=6)
+    shared = sample_ids(tiny_llm, prompt, samples=3, max_new_tokens=6)
+    assert shared.shape[0] == 3
+    assert all(row.tolist() == plain[0].tolist() for row in shared)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
-from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers import DynamicCache, GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from mice_exp.llm.model import LLM
 from mice_exp.llm.toolcall import stop_offset
@@ -104,18 +104,36 @@ def left_pad(prompts: Sequence[Sequence[int]], llm: LLM) -> tuple[torch.Tensor, 
     return _left_pad(prompts, llm.tokenizer.pad_token_id, llm.device)
 
 
-def generate_ids(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int, **sampling) -> torch.Tensor:
+def generate_ids(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int, past_key_values: Any = None,
+                 **sampling) -> torch.Tensor:
     """Generated ids (prompt removed) under the tool-call stopping rule; greedy unless ``sampling`` says otherwise.
 
     A fresh GenerationConfig keeps the model's own defaults (temperature, top-k, penalties) out.
+    ``past_key_values``, a cache of a prefix of every prompt, skips re-encoding that prefix.
     """
     ids, mask = _left_pad(prompts, llm.tokenizer.pad_token_id, llm.device)
     config = GenerationConfig(**({"do_sample": False} | sampling), max_new_tokens=max_new_tokens, num_beams=1,
                               pad_token_id=llm.tokenizer.pad_token_id, eos_token_id=llm.eos_ids())
     rows = len(prompts) * int(sampling.get("num_return_sequences", 1))
     stop = StoppingCriteriaList([_StopAtCall(llm.tokenizer, ids.shape[1], rows)])
-    out = llm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stop)
+    out = llm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stop,
+                             past_key_values=past_key_values)
     return out[:, ids.shape[1]:]
+
+
+@torch.inference_mode()
+def sample_ids(llm: LLM, prompt: Sequence[int], samples: int, max_new_tokens: int, **sampling) -> torch.Tensor:
+    """``samples`` continuations of one prompt that share one prefill.
+
+    generate's ``num_return_sequences`` would encode the prompt once per sample; on an 8-shot
+    prompt that is k times the cost of the call itself. Here the prompt (all but its last token,
+    which generate feeds to produce the first logits) is encoded once, its cache repeated k times.
+    """
+    ids = torch.tensor([list(prompt)], device=llm.device)
+    cache = DynamicCache(config=llm.model.config)
+    llm.model(input_ids=ids[:, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache.batch_repeat_interleave(samples)
+    return generate_ids(llm, [prompt] * samples, max_new_tokens, past_key_values=cache, **sampling)
 
 
 def truncate(tokenizer, ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int], list[tuple[int, int]], str]:

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from mice_exp.cache import read_json_if, read_jsonl, stable_hash, write_jsonl
 from mice_exp.errors import UserError
-from mice_exp.llm.capture import generate_ids, left_pad, truncate
+from mice_exp.llm.capture import generate_ids, left_pad, sample_ids, truncate
 from mice_exp.llm.model import LLM
 from mice_exp.llm.prompt import chat_messages, load_template, plain_text
 from mice_exp.llm.toolcall import parse_call
@@ -58,7 +58,8 @@ def option_token_ids(tokenizer: Any, option: str) -> list[int]:
 def p_true(llm: LLM, prompts: Sequence[list[int]]) -> list[float]:
     ids, mask = left_pad(prompts, llm)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    probs = torch.softmax(llm.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1].float(), -1)
+    logits = llm.model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits
+    probs = torch.softmax(logits[:, -1].float(), -1)
     yes = probs[:, option_token_ids(llm.tokenizer, "A")].sum(-1)
     no = probs[:, option_token_ids(llm.tokenizer, "B")].sum(-1)
     return (yes / (yes + no)).tolist()
@@ -89,12 +90,11 @@ def acts(llm: LLM, prompts: Sequence[list[int]], abstain_api: str, max_new_token
 def consistency(llm: LLM, prompts: Sequence[list[int]], greedy: Sequence[Mapping[str, Any]], samples: int,
                 temperature: float, max_new_tokens: int, seed: int) -> list[float]:
     torch.manual_seed(seed)
-    out = generate_ids(llm, prompts, max_new_tokens, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                       num_return_sequences=samples)
     values = []
-    for b, record in enumerate(greedy):
-        calls = [parse_call(truncate(llm.tokenizer, row.tolist(), llm.eos_ids())[2])
-                 for row in out[b * samples:(b + 1) * samples]]
+    for prompt, record in zip(prompts, greedy):
+        out = sample_ids(llm, prompt, samples, max_new_tokens, do_sample=True, temperature=temperature, top_k=0,
+                         top_p=1.0)
+        calls = [parse_call(truncate(llm.tokenizer, row.tolist(), llm.eos_ids())[2]) for row in out]
         target = (record["pred_api"], record["pred_args"]) if record["parse_error"] is None else None
         values.append(float(np.mean([(c.api, c.args) == target for c in calls])) if target else 0.0)
     return values
