@@ -39,8 +39,16 @@ def estimator_config(name: str, seed: int) -> dict[str, Any]:
     """A ``conf/estimator`` entry by name (for the baseline rows)."""
     path = project_root() / "conf" / "estimator" / f"{name}.yaml"
     if not path.exists():
-        raise UserError(f"compare_with lists {name!r}; expected a file conf/estimator/{name}.yaml")
+        raise UserError(f"no estimator {name!r} (in compare_with or estimator.base); expected a file conf/estimator/{name}.yaml")
     return OmegaConf.to_container(OmegaConf.merge({"seed": seed}, OmegaConf.load(path)), resolve=True)
+
+
+def build_estimator(entry: Mapping[str, Any], seed: int) -> Any:
+    """An unfitted estimator from a ``conf/estimator`` entry; one with a ``base`` (the field
+    correction) gets that entry's estimator as its ``base``."""
+    if entry.get("base"):
+        return instantiate(entry["model"], base=build_estimator(estimator_config(entry["base"], seed), seed))
+    return instantiate(entry["model"])
 
 
 def risks_from(cfg_risk: Mapping[str, Any]) -> dict[str, Risk]:
@@ -74,7 +82,7 @@ def run_estimators(cfg: Mapping[str, Any], fs: FeatureSet) -> list[Row]:
     entries.append((cfg["estimator"]["key"], cfg["estimator"]))
     rows = []
     for key, entry in entries:
-        p, fitted = protocol(instantiate(entry["model"]), fs, entry.get("source", "raw"))
+        p, fitted = protocol(build_estimator(entry, cfg["seed"]), fs, entry.get("source", "raw"))
         rows.append(Row(key, entry["name"], fitted, p, evaluate(p, y, risks)))
     by_key = {r.key: r for r in rows}
     main = rows[-1]

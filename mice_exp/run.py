@@ -76,6 +76,24 @@ def _log_outputs(tracker, rows, fs, cfg: dict[str, Any]) -> None:
                            "figures/bertscore_by_layer.png")
 
 
+def _diagnose_field(cfg: dict[str, Any], estimator, fs, tracker) -> dict[str, float]:
+    """Where the base estimator is over- or underconfident on test (Kobalczyk & van der Schaar, Fig. 4-6)."""
+    from mice_exp.protocols import inputs
+
+    test = fs.rows("test")
+    X = inputs(estimator, fs, cfg["estimator"].get("source", "raw"))[test]
+    options = cfg["estimator"].get("diagnostics") or {}
+    diagnosis = estimator.diagnose(X, fs.labels[test], eps=float(options.get("eps", 0.05)),
+                                   min_region=int(options.get("min_region", 30)))
+    for region, figure in diagnosis.figures.items():
+        tracker.log_figure(figure, f"figures/field/reliability_{region}.png")
+    over, under = diagnosis.metrics["frac_over"], diagnosis.metrics["frac_under"]
+    print(f"\nmiscalibration field on test: {over:.0%} overconfident, {under:.0%} underconfident, "
+          f"worst-slice gap {diagnosis.metrics['worst_slice_gap']:.3f}; selected {estimator.selected()}")
+    return {f"field.{k}": v for k, v in diagnosis.metrics.items()} | {
+        f"field.{k}": v for k, v in estimator.selected().items()} | {"field.n_test": int(test.sum())}
+
+
 def confidence_sources(cfg: dict[str, Any], paths: Paths, out, records: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     """p_true / verbalized / consistency for every record (computed once, cached beside the LLM stage)."""
     names = list(cfg["sources"]["use"])
@@ -123,6 +141,8 @@ def _estimate(cfg: dict[str, Any], paths: Paths, out, records, tracker) -> dict[
         text, belief = action_belief(rows, sources["acts"][fs.rows("test")], fs.labels[fs.rows("test")])
         print("\n" + text)
         metrics |= belief
+    if hasattr(rows[-1].estimator, "diagnose"):
+        metrics |= _diagnose_field(cfg, rows[-1].estimator, fs, tracker)
     tracker.log_metrics(metrics)
     _log_outputs(tracker, rows, fs, cfg)
     from mice_exp.gate.build import save_run_gate
@@ -146,7 +166,7 @@ def check_config(cfg: dict[str, Any]) -> None:
     check_dtype(cfg["llm"].get("dtype", "float32"))
     get_protocol(cfg["protocol"]["name"])
     risks_from(cfg["risk"])
-    for name in cfg["compare_with"]:
+    for name in [*cfg["compare_with"], *([cfg["estimator"]["base"]] if cfg["estimator"].get("base") else [])]:
         estimator_config(name, cfg["seed"])
     check_features(cfg["features"])
     unknown = set(cfg["sources"]["use"]) - set(SOURCES)

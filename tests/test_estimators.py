@@ -17,6 +17,7 @@ from sklearn.ensemble import RandomForestClassifier
 from mice_exp.estimators import (
     ConfidenceEstimator,
     FallbackWarning,
+    FieldCorrection,
     HistogramRegression,
     IsotonicCalibration,
     KernelRegression,
@@ -39,6 +40,7 @@ SMALL = [
     TemperatureScaling(),
     MiceLogisticRegression(),
     MiceRandomForest(n_estimators=20),
+    FieldCorrection(RawConfidence(), base_width=1, field={"max_epochs": 2, "sigmas": [0.3], "lambdas": [0.01]}),
 ]
 LEARNERS = [estimator for estimator in SMALL if estimator.learns]
 
@@ -92,7 +94,7 @@ def test_fit_predict_proba_and_clone(estimator: ConfidenceEstimator) -> None:
     np.testing.assert_array_equal(fitted.predict(view(estimator, X)), proba[:, 1] > 0.5)
 
     refitted = clone(fitted)
-    assert refitted.get_params() == fitted.get_params()
+    assert repr(refitted.get_params()) == repr(fitted.get_params())  # repr: a nested base is a new object
     assert not hasattr(refitted, "base_rate_"), "clone must drop learned state"
     np.testing.assert_array_equal(refitted.fit(view(estimator, X), y).predict_proba(view(estimator, X)), proba)
 
@@ -140,7 +142,8 @@ def test_rows_with_nan_at_prediction_get_the_base_rate(estimator: ConfidenceEsti
     expected = fitted.predict_proba(test)[:, 1]
     test[2, 0], expected[2] = np.nan, y.mean()
     with pytest.warns(FallbackWarning, match="1 rows"):
-        np.testing.assert_allclose(fitted.predict_proba(test)[:, 1], expected)
+        # rtol 1e-6: the field's float32 network may round differently for a 4-row than a 5-row batch
+        np.testing.assert_allclose(fitted.predict_proba(test)[:, 1], expected, rtol=1e-6)
 
 
 def test_raw_confidence_learns_nothing_so_one_class_changes_nothing() -> None:

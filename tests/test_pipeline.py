@@ -72,3 +72,21 @@ def test_the_console_script_runs_as_a_module(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("mice-exp: error: usage: mice-exp inspect EXAMPLE_ID_OR_INDEX [hydra overrides]; "
                                    "expected exactly one example")
+
+
+def test_a_field_corrected_estimator_runs_and_logs_its_regime_diagnostics(tmp_path, capsys, monkeypatch):
+    """estimator=field: MICE LR plus the miscalibration field of the last prompt token's hidden state.
+
+    tiny_random never writes a correct call; labels alternate by example so both classes exist."""
+    from mice_exp.llm import stage
+
+    monkeypatch.setattr(stage, "is_correct", lambda example, api, args: int(example.id.rsplit("/", 1)[-1]) % 2 == 0)
+    args = overrides(tmp_path) + ["estimator=field", "estimator.base=mice_lr", "+estimator.model.field.max_epochs=2",
+                                  "+estimator.model.field.sigmas=[0.5]", "+estimator.model.field.lambdas=[0.01]"]
+    result = run(compose_config(args))
+    assert "miscalibration field on test" in capsys.readouterr().out
+    info = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(result["run_id"])
+    assert info.info.status == "FINISHED" and info.data.tags["estimator"] == "field_mice_lr"
+    metrics = info.data.metrics
+    assert 0 <= metrics["field.frac_over"] + metrics["field.frac_under"] <= 1
+    assert metrics["field.sigma"] == 0.5 and "field.worst_slice_gap" in metrics and 0 <= metrics["auc_etcu"] + 3

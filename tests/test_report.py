@@ -431,3 +431,38 @@ def test_finished_run_with_config_finds_only_finished_runs_of_that_config(fresh)
     fresh.job("llama3_8b_instruct", "mice_lr", metrics={"auc_etcu": 0.1},
               tags={"config_hash": config_hash({**cfg, "seed": 1})}, predictions_keys=[])
     assert finished_run_with_config(fresh.client, exp, digest) == done
+
+
+def test_the_report_adds_the_risk_sweep_action_belief_field_and_sample_efficiency_sections(fresh, tmp_path):
+    """Runs of the other presets carry their results in metrics and artifacts; each gets its section."""
+    llm = "llama3_8b_instruct"
+    for fp, values in ((-0.25, (0.30, 0.20)), (-4.0, (0.05, -0.10))):
+        fresh.job(llm, "mice_rf", tags={"risk": "custom"}, metrics={"auc_etcu": 0.1, "etcu_custom": values[0],
+                                                                     "baseline.hre.etcu_custom": values[1]})
+        fresh.client.log_param(fresh.client.search_runs([fresh.experiment_id])[0].info.run_id, "risk.fp", fp)
+    belief = {"auc_etcu": 0.1, "agent.act_rate": 0.75, **{f"agent.etcu_{r}": 0.1 for r in ("low", "medium", "high")}}
+    for key, rho in (("raw", -0.4), ("mice_lr", 0.6)):
+        belief |= {f"action_belief.{key}.spearman": rho,
+                   **{f"action_belief.{key}.agree_{r}": 0.5 for r in ("low", "medium", "high")}}
+    fresh.job(llm, "mice_lr", metrics=belief)
+    field = {"auc_etcu": 0.2, "baseline.mice_rf.auc_etcu": 0.15, "field.frac_over": 0.25, "field.frac_under": 0.1,
+             "field.worst_slice_gap": 0.07, "field.n_test": 40, "field.alpha": 1.5,
+             **{f"field.{m}_all_{w}": 0.2 for m in ("smece", "brier") for w in ("base", "field")}}
+    run = fresh.job(llm, "mice_rf", features="pca10", metrics=field, tags={"estimator": "field_mice_rf"})
+    fresh.client.log_param(run, "estimator.base", "mice_rf")
+    se = fresh.job(llm, "mice_rf", protocol="sample_efficiency", predictions_keys=[])
+    table = pd.DataFrame({"estimator": ["mice_rf", "mice_rf"], "size": [25, 50], "n_groups": [4, 2], "trials": [3, 3],
+                          "mean": [0.1, 0.2], "var": [0.01, 0.0025], "std": [0.1, 0.05]})
+    fresh.client.log_text(se, table.to_csv(index=False), "sample_efficiency.csv")
+
+    report = command.build_report(fresh.client, EXPERIMENT)
+    text = report.markdown
+    assert "## Utility against the risk level" in text and "τ=0.20" in text and "τ=0.80" in text
+    assert "| MICE RF | 0.300 | 0.050 |" in text and "| HRE | 0.200 | -0.100 |" in text
+    assert "calls an API on 75% of the test queries" in text and "| MICE LR | 0.600 |" in text
+    assert "| Raw Confidence | -0.400 |" in text
+    assert "| Llama3-8B-Instruct | MICE RF | 40 | 25% | 10% | 0.070 |" in text
+    assert "| MICE RF | 0.100 ± 0.100 | 0.200 ± 0.050 |" in text
+    written = {p.name for p in report.write(tmp_path / "out")}
+    assert {"risk_sweep_llama3_8b_instruct.png", "sample_efficiency_llama3_8b_instruct.png"} <= written
+    assert set(report.csv["table"]) >= {"risk_sweep", "action_belief", "field", "sample_efficiency"}

@@ -17,6 +17,7 @@ from mice_exp.features.pooled import cosine_to_last, layer_pca, mean_pool
 from mice_exp.llm.stage import load_arrays, load_records, summary
 
 VIEWS = ("bertscore", "mean_pool", "cosine", "pca")
+ARRAYS = ("first_token", "last_token", "mean_pool")  # per-example LLM-stage arrays [N, L, d]
 
 
 @dataclass
@@ -32,6 +33,7 @@ class FeatureSet:
     columns: list[str]
     layer_scores: np.ndarray | None  # [N, L-1] BERTScores when the view has them (for figures)
     sources: dict[str, np.ndarray] = field(default_factory=dict)  # p_true, verbalized, consistency
+    llm_dir: Path | None = None  # the LLM-stage cache the rows come from (for representations)
 
     def rows(self, split: str) -> np.ndarray:
         return self.splits == split
@@ -44,6 +46,17 @@ class FeatureSet:
             raise UserError(f"confidence source {source!r} was not computed; add it to sources.use "
                             f"(computed here: {', '.join(['raw', *self.sources])})")
         return self.sources[source]
+
+
+    def representation(self, name: str) -> np.ndarray:
+        """x for the miscalibration field: "features" (this view) or an LLM-stage array at the final layer."""
+        if name == "features":
+            return self.X
+        if name not in ARRAYS:
+            raise UserError(f"representation={name!r}; expected features or one of {', '.join(ARRAYS)}")
+        if self.llm_dir is None:
+            raise UserError(f"representation={name!r} needs the LLM-stage cache; this feature set has none")
+        return load_arrays(self.llm_dir, name)[:, -1].astype(np.float64)
 
 
 def cached_bertscore(llm_dir: Path, features_cache: Path, records: list[dict], encoder: Mapping[str, Any]) -> np.ndarray:
@@ -105,4 +118,4 @@ def build_features(cfg: Mapping[str, Any], llm_dir: Path, features_cache: Path, 
         raise UserError(f"features {cfg.get('name')!r} select no layer and no confidence; expected at least one feature")
     return FeatureSet(ids=[r["id"] for r in records], apis=np.array([r["api"] for r in records]), splits=splits,
                       labels=np.array([r["label"] for r in records]), confidence=confidence,
-                      X=X.astype(np.float64), columns=columns, layer_scores=scores, sources=sources)
+                      X=X.astype(np.float64), columns=columns, layer_scores=scores, sources=sources, llm_dir=llm_dir)

@@ -94,6 +94,9 @@ def unsupported(cfg: Mapping[str, Any]) -> str | None:
     if view not in GATE_VIEWS:
         return (f"features.view={view!r}: its PCA is fitted on the training rows and not kept; "
                 f"expected one of {', '.join(GATE_VIEWS)}")
+    if (cfg.get("estimator") or {}).get("base"):
+        return (f"estimator={cfg['estimator']['key']}: a field correction holds a torch network, which a gate "
+                "does not save yet; expected an estimator without a base")
     source = (cfg.get("estimator") or {}).get("source", "raw")
     if source != "raw":
         return (f"estimator.source={source!r}: a gate computes the raw confidence only, not the {source} source "

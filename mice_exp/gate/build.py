@@ -25,8 +25,7 @@ def fit_gate(cfg: Mapping[str, Any], folder: str | Path, paths: Paths | None = N
     The LLM stage and the feature view come from their caches when a run already computed them
     (same config), otherwise they are computed here exactly as ``mice-exp`` would.
     """
-    from hydra.utils import instantiate
-
+    from mice_exp.estimation import build_estimator
     from mice_exp.features import build_features
     from mice_exp.llm.stage import run_llm_stage, summary
     from mice_exp.paths import paths_from
@@ -38,7 +37,7 @@ def fit_gate(cfg: Mapping[str, Any], folder: str | Path, paths: Paths | None = N
     paths = paths or paths_from(cfg["paths"])
     out = run_llm_stage(cfg, paths, llm)
     fs = build_features(cfg["features"], out, paths.features, seed=int(cfg["seed"]))
-    _, fitted = holdout(instantiate(cfg["estimator"]["model"]), fs)
+    _, fitted = holdout(build_estimator(cfg["estimator"], cfg["seed"]), fs)
     return save_gate(folder, cfg, fitted, fs.columns, demo_pool(cfg, paths), llm_stage=summary(out),
                      provenance={"llm_cache": out.name, "train_rows": int(fs.rows("train").sum())})
 

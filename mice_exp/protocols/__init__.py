@@ -18,7 +18,12 @@ PROTOCOLS = ("holdout", "loao", "sample_efficiency")
 
 
 def inputs(estimator, fs: FeatureSet, source: str = "raw") -> np.ndarray:
-    """Calibrators see one confidence (raw by default) alone; MICE-style estimators see the feature view."""
+    """Calibrators see one confidence (raw by default) alone; MICE-style estimators see the feature view;
+    a field correction sees its base's input followed by its representation (and learns where one ends)."""
+    if estimator.input_kind == "field":
+        base = inputs(estimator.base, fs, source)
+        estimator.set_params(base_width=base.shape[1])
+        return np.hstack([base, fs.representation(estimator.representation)])
     return fs.confidence_of(source)[:, None] if estimator.input_kind == "confidence" else fs.X
 
 

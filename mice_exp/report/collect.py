@@ -190,10 +190,12 @@ def _quiet_downloads() -> Iterator[None]:
 
 
 class Predictions:
-    """``predictions.csv`` of runs, downloaded through MLflow once each (None when missing)."""
+    """One CSV artifact of runs (default ``predictions.csv``), downloaded through MLflow once each
+    (None when missing)."""
 
-    def __init__(self, client: MlflowClient):
+    def __init__(self, client: MlflowClient, artifact: str = PREDICTIONS):
         self.client = client
+        self.artifact = artifact
         self._cache: dict[str, pd.DataFrame | None] = {}
         self._tmp = tempfile.TemporaryDirectory(prefix="mice_exp_report_")
 
@@ -207,9 +209,9 @@ class Predictions:
         target.mkdir(parents=True, exist_ok=True)
         try:
             with _quiet_downloads():
-                path = self.client.download_artifacts(run_id, PREDICTIONS, str(target))
+                path = self.client.download_artifacts(run_id, self.artifact, str(target))
         except Exception as error:  # noqa: BLE001 - a missing artifact leaves the curve out
-            logger.warning("run %s: no %s artifact (%s)", run_id, PREDICTIONS, str(error).splitlines()[0][:200])
+            logger.warning("run %s: no %s artifact (%s)", run_id, self.artifact, str(error).splitlines()[0][:200])
             return None
         return pd.read_csv(path)
 

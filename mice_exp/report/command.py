@@ -39,7 +39,12 @@ from mice_exp.report.collect import (
     RunRecord,
     collect_runs,
     experiment_ids,
+    finished_filter,
+    latest_per_key,
+    search_all,
+    to_record,
 )
+from mice_exp.report.extras import Section, extra_sections
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +65,12 @@ class Report:
     figures: dict[str, Figure] = field(default_factory=dict)
     experiment: str | None = None
     sweep: str | None = None
+    extras: list[Section] = field(default_factory=list)
 
     @property
     def csv(self) -> pd.DataFrame:
-        return tables.results_csv(self.table1, self.ablation)
+        frames = [tables.results_csv(self.table1, self.ablation), *(s.frame for s in self.extras)]
+        return pd.concat([f for f in frames if not f.empty] or frames[:1], ignore_index=True)
 
     @property
     def markdown(self) -> str:
@@ -85,7 +92,11 @@ class Report:
         if plots.LOAO_FILE in self.figures:
             parts.append("AUC of the ETCU curve trained on all APIs (holdout) and leaving the test API out "
                          f"(zeroshot).\n\n![{plots.LOAO_FILE}]({plots.LOAO_FILE})")
+        parts += [section.markdown for section in self.extras]
         return "\n\n".join(parts) + "\n"
+
+    def all_figures(self) -> dict[str, Figure]:
+        return self.figures | {name: fig for section in self.extras for name, fig in section.figures.items()}
 
     def write(self, folder: Path) -> list[Path]:
         """Write results.md, results.csv and the figures into ``folder``; returns the paths."""
@@ -93,7 +104,7 @@ class Report:
         written = [folder / MARKDOWN_FILE, folder / CSV_FILE]
         written[0].write_text(self.markdown, encoding="utf-8")
         self.csv.to_csv(written[1], index=False)
-        for name, fig in self.figures.items():
+        for name, fig in self.all_figures().items():
             fig.savefig(folder / name, dpi=150, bbox_inches="tight")
             written.append(folder / name)
         return written
@@ -106,10 +117,14 @@ def build_report(client, experiment: str | None = DEFAULT_EXPERIMENT, sweep: str
         sweep = sweep.rstrip("/") or sweep
     ids = experiment_ids(client, experiment)
     label = f"experiment {experiment!r}" if experiment else "any experiment"
-    records = collect_runs(client, ids, sweep, label)
+    runs = search_all(client, ids, finished_filter(sweep))
+    extras = extra_sections(client, runs)
+    records = latest_per_key(r for r in map(to_record, runs) if r)
+    if not records and not extras:
+        collect_runs(client, ids, sweep, label)  # raises the error that names the sweeps there are
     table = tables.table1(records, features)
     ablation = tables.ablation_table(records, features)
-    report = Report(records, table, ablation, experiment=experiment, sweep=sweep)
+    report = Report(records, table, ablation, experiment=experiment, sweep=sweep, extras=extras)
     if with_figures:
         with Predictions(client) as predictions:
             report.figures.update(plots.etcu_figures(table, predictions))
@@ -214,4 +229,5 @@ def report(argv: Sequence[str]) -> None:
                 shutil.copyfile(path, out / path.name)
             print(f"wrote {', '.join(p.name for p in staged)} to {out}")
     print()
-    print("\n\n".join(tables.markdown_sections(result.table1, result.ablation)))
+    print("\n\n".join([*tables.markdown_sections(result.table1, result.ablation),
+                        *(section.markdown for section in result.extras)]))

@@ -1,0 +1,109 @@
+"""A base confidence estimator plus the local correction of the miscalibration field
+(Kobalczyk & van der Schaar, 2026; :mod:`mice_exp.regimes`), as one sklearn estimator.
+
+X holds two blocks side by side: the base estimator's own input (its first ``base_width``
+columns: the raw confidence or the feature view) and a representation of the example (by
+default the final layer's hidden state at the last prompt token); :func:`mice_exp.protocols.inputs`
+assembles them and sets ``base_width``.
+
+Fitting needs residuals y - f on points whose f the base did not see: a random forest predicts
+its own training rows almost perfectly, so in-sample residuals would show no miscalibration at
+all. The base's training confidences are therefore cross-fitted (out of fold); the field learns
+phi on part of the training split and selects sigma, lambda and alpha on the rest (the paper's
+validation split: the holdout protocol hands an estimator only its training rows); the base is
+then refitted on all training rows for prediction.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.model_selection import StratifiedKFold, cross_val_predict, train_test_split
+
+from mice_exp.estimators.base import ConfidenceEstimator
+from mice_exp.regimes.data import Triples
+from mice_exp.regimes.field import preset
+
+if TYPE_CHECKING:
+    from mice_exp.regimes.diagnostics import Diagnosis
+
+
+class FieldCorrection(ConfidenceEstimator):
+    """``base``'s confidence corrected by the miscalibration field of ``representation``.
+
+    Args:
+        base: any mice_exp confidence estimator (unfitted).
+        representation: what x is: "first_token" / "last_token" / "mean_pool" (an LLM-stage array,
+            final layer) or "features" (the run's feature view).
+        base_width: how many leading columns of X are the base's input (set by the protocol).
+        preset: "llm" (h 512, d_out 128) or "synthetic" (h 256, d_out 64) network sizes.
+        field: overrides of :class:`mice_exp.regimes.FieldConfig` (sigmas, lambdas, lr, ...).
+        val_fraction: share of the training rows that select sigma, lambda and alpha.
+        cv: folds for the base's out-of-fold training confidences.
+    """
+
+    input_kind = "field"
+
+    def __init__(self, base: ConfidenceEstimator | None = None, representation: str = "first_token",
+                 base_width: int | None = None, preset: str = "llm", field: Mapping[str, Any] | None = None,
+                 val_fraction: float = 0.25, cv: int = 5, seed: int = 0):
+        self.base = base
+        self.representation = representation
+        self.base_width = base_width
+        self.preset = preset
+        self.field = field
+        self.val_fraction = val_fraction
+        self.cv = cv
+        self.seed = seed
+
+    def _blocks(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.base_width is None or not 0 < self.base_width < X.shape[1]:
+            raise ValueError(f"FieldCorrection: base_width={self.base_width} does not split {X.shape[1]} columns "
+                             "into the base's input and a representation; build X with mice_exp.protocols.inputs")
+        return X[:, :self.base_width], X[:, self.base_width:]
+
+    def _out_of_fold(self, B: np.ndarray, y: np.ndarray) -> np.ndarray:
+        folds = min(self.cv, int(np.bincount(y, minlength=2).min()))
+        if folds < 2:  # too few of one class to cross-fit: in-sample is all there is
+            return clone(self.base).fit(B, y).predict_proba(B)[:, 1]
+        split = StratifiedKFold(folds, shuffle=True, random_state=self.seed)
+        return cross_val_predict(clone(self.base), B, y, cv=split, method="predict_proba")[:, 1]
+
+    def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
+        B, R = self._blocks(X)
+        f = self._out_of_fold(B, y)
+        index = np.arange(len(y))
+        stratify = y if np.bincount(y, minlength=2).min() >= 2 else None
+        fit, val = train_test_split(index, test_size=self.val_fraction, stratify=stratify, random_state=self.seed)
+        overrides = {"seed": self.seed, "progress": False, **dict(self.field or {})}
+        self.field_ = preset(self.preset, **overrides).fit(R[fit], f[fit], y[fit], R[val], f[val], y[val])
+        self.train_ = Triples(R, f, y.astype(float))
+        self.base_ = clone(self.base).fit(B, y)
+
+    def base_confidence(self, X: np.ndarray) -> np.ndarray:
+        """The base estimator's confidence before the correction."""
+        return self.base_.predict_proba(self._blocks(np.asarray(X, dtype=np.float64))[0])[:, 1]
+
+    def signed_field(self, X: np.ndarray) -> np.ndarray:
+        """delta_hat(x): below 0 the base is overconfident near x, above 0 underconfident."""
+        return self.field_.field(self._blocks(np.asarray(X, dtype=np.float64))[1])
+
+    def _predict(self, X: np.ndarray) -> np.ndarray:
+        B, R = self._blocks(X)
+        return self.field_.correct(R, self.base_.predict_proba(B)[:, 1])
+
+    def diagnose(self, X: np.ndarray, y: np.ndarray, eps: float = 0.05, min_region: int = 30) -> Diagnosis:
+        """The paper's regime diagnostics on held-out rows (X built like the training X): region sizes,
+        smECE per region of the base, of isotonic / temperature scaling fitted on the training rows and
+        of the correction, the worst-slice gap, and one reliability diagram per populated region."""
+        from mice_exp.regimes.diagnostics import diagnose
+
+        X = np.asarray(X, dtype=np.float64)
+        held_out = Triples(self._blocks(X)[1], self.base_confidence(X), np.asarray(y, dtype=float))
+        return diagnose(self.field_, self.train_, held_out, eps=eps, min_region=min_region)
+
+    def selected(self) -> dict[str, float]:
+        """What validation chose: bandwidth sigma, mass weight lambda, correction strength alpha."""
+        return {"sigma": self.field_.sigma_, "lambda": self.field_.lambda_, "alpha": self.field_.alpha_}

@@ -1,0 +1,201 @@
+"""Report sections beyond Tables 1 and 2, each built from the runs that carry its results:
+
+* sample efficiency (MICE Figure 7): runs of ``protocol=sample_efficiency`` and their
+  ``sample_efficiency.csv`` artifact;
+* risk sweep: ETCU of every estimator at each ``risk.fp`` of ``risk=custom`` runs;
+* action-belief consistency (Pal et al.): the ``agent.*`` and ``action_belief.*`` metrics;
+* miscalibration field (Kobalczyk & van der Schaar): the ``field.*`` metrics of ``estimator=field`` runs.
+
+Like the rest of the report this reads MLflow only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from mice_exp.metrics import PAPER_RISKS
+from mice_exp.report.collect import Predictions
+from mice_exp.report.plots import slug
+from mice_exp.report.tables import ESTIMATOR_NAMES, fmt
+
+SAMPLE_EFFICIENCY_CSV = "sample_efficiency.csv"
+
+
+@dataclass
+class Section:
+    """One Markdown section, its rows for results.csv (column ``table``) and its figures."""
+
+    markdown: str
+    frame: pd.DataFrame
+    figures: dict[str, Figure] = field(default_factory=dict)
+
+
+def _latest(runs: Sequence[Any], key) -> list[Any]:
+    """The newest run per ``key(run)`` (runs come newest first from MLflow)."""
+    seen: dict[Any, Any] = {}
+    for run in runs:
+        seen.setdefault(key(run), run)
+    return list(seen.values())
+
+
+def _name(key: str, names: Mapping[str, str]) -> str:
+    return names.get(key) or ESTIMATOR_NAMES.get(key, key)
+
+
+def _markdown(frame: pd.DataFrame, columns: Mapping[str, str]) -> str:
+    lines = ["| " + " | ".join(columns.values()) + " |", "|" + "|".join(":---" if i < 2 else "---:" for i in
+                                                                          range(len(columns))) + "|"]
+    for values in frame[list(columns)].itertuples(index=False, name=None):
+        lines.append("| " + " | ".join(v if isinstance(v, str) else fmt(v) for v in values) + " |")
+    return "\n".join(lines)
+
+
+def _new_figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(6.0, 4.0))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    return fig, ax
+
+
+def _names(runs: Sequence[Any]) -> dict[str, str]:
+    return {run.data.tags.get("estimator", ""): run.data.params.get("estimator.name", "") for run in runs}
+
+
+def sample_efficiency(client, runs: Sequence[Any]) -> Section | None:
+    """Mean (± std over groups and trials) AUC-ETCU per training size, per LLM."""
+    from mice_exp.protocols.sample_efficiency import sample_efficiency_figure
+
+    chosen = _latest([r for r in runs if r.data.tags.get("protocol") == "sample_efficiency"],
+                     lambda r: (r.data.tags.get("llm"), r.data.tags.get("dataset"), r.data.tags.get("features")))
+    parts, frames, figures = [], [], {}
+    with Predictions(client, SAMPLE_EFFICIENCY_CSV) as tables:
+        for run in chosen:
+            table = tables(run.info.run_id)
+            if table is None:
+                continue
+            llm = run.data.params.get("llm.display", run.data.tags.get("llm", ""))
+            table = table.assign(llm=llm, run_id=run.info.run_id)
+            frames.append(table)
+            cells = table.assign(cell=[f"{m:.3f} ± {s:.3f}" for m, s in zip(table["mean"], table["std"])])
+            wide = cells.pivot(index="estimator", columns="size", values="cell").reset_index()
+            wide["estimator"] = [_name(k, {}) for k in wide["estimator"]]
+            header = {"estimator": "Estimator", **{c: f"n = {c}" for c in wide.columns[1:]}}
+            name = f"sample_efficiency_{slug(run.data.tags.get('llm', 'llm'))}.png"
+            figures[name] = sample_efficiency_figure(table, {k: _name(k, {}) for k in table["estimator"]}, llm)
+            parts.append(f"### {llm}\n\n{_markdown(wide.astype(str), header)}\n\n![{name}]({name})")
+    if not frames:
+        return None
+    body = ("## Sample efficiency (MICE Figure 7)\n\nAUC-ETCU on the test split against the training-set size: "
+            "mean ± one standard deviation over disjoint training groups of that size and trials.\n\n"
+            + "\n\n".join(parts))
+    return Section(body, pd.concat(frames, ignore_index=True).assign(table="sample_efficiency"), figures)
+
+
+def risk_sweep(runs: Sequence[Any]) -> Section | None:
+    """ETCU at each false-positive cost of ``risk=custom`` holdout runs, every estimator and baseline."""
+    chosen = _latest([r for r in runs if r.data.tags.get("risk") == "custom" and "etcu_custom" in r.data.metrics
+                      and r.data.tags.get("protocol") == "holdout"],
+                     lambda r: (r.data.tags.get("llm"), r.data.tags.get("estimator"), r.data.params.get("risk.fp")))
+    if not chosen:
+        return None
+    names, rows = _names(chosen), []
+    for run in chosen:
+        fp = float(run.data.params["risk.fp"])
+        llm = run.data.params.get("llm.display", run.data.tags.get("llm", ""))
+        values = {run.data.tags["estimator"]: run.data.metrics["etcu_custom"]}
+        values |= {k.split(".")[1]: v for k, v in run.data.metrics.items()
+                   if k.startswith("baseline.") and k.endswith(".etcu_custom")}
+        rows += [{"llm": llm, "llm_key": run.data.tags.get("llm", llm), "estimator": key, "fp": fp, "tau": -fp / (1 - fp), "etcu": v} for key, v in values.items()]
+    frame = pd.DataFrame(rows).drop_duplicates(["llm", "estimator", "fp"]).sort_values(["llm", "estimator", "tau"])
+    parts, figures = [], {}
+    for llm, block in frame.groupby("llm", sort=False):
+        wide = block.pivot(index="estimator", columns="tau", values="etcu").reset_index()
+        wide["estimator"] = [_name(k, names) for k in wide["estimator"]]
+        header = {"estimator": "Estimator", **{t: f"τ={t:.2f}" for t in wide.columns[1:]}}
+        fig, ax = _new_figure(f"{llm}: utility against the cost of a false positive", "τ = -fp / (1 - fp)",
+                              "ETCU (tp = 1, tn = fn = 0)")
+        for key, line in block.groupby("estimator", sort=False):
+            ax.plot(line["tau"], line["etcu"], marker="o", markersize=3, label=_name(key, names))
+        ax.legend(fontsize=8)
+        name = f"risk_sweep_{slug(block['llm_key'].iloc[0])}.png"
+        figures[name] = fig
+        parts.append(f"### {llm}\n\n{_markdown(wide, header)}\n\n![{name}]({name})")
+    body = ("## Utility against the risk level\n\nExpected tool-calling utility on the test split with tp = 1, "
+            "tn = fn = 0 and a false positive costing fp, i.e. the minimum-Bayes-risk threshold τ = -fp / (1 - fp); "
+            "higher is better.\n\n" + "\n\n".join(parts))
+    return Section(body, frame.assign(table="risk_sweep"), figures)
+
+
+def action_belief(runs: Sequence[Any]) -> Section | None:
+    """Spearman consistency and MBR agreement of the agent's own act / abstain choices, per confidence."""
+    chosen = _latest([r for r in runs if "agent.act_rate" in r.data.metrics],
+                     lambda r: (r.data.tags.get("llm"), r.data.tags.get("dataset")))
+    if not chosen:
+        return None
+    names, rows, parts = _names(chosen), [], []
+    for run in chosen:
+        m, llm = run.data.metrics, run.data.params.get("llm.display", run.data.tags.get("llm", ""))
+        keys = dict.fromkeys(k.split(".")[1] for k in m if k.startswith("action_belief."))
+        block = [{"llm": llm, "estimator": _name(k, names), "spearman": m[f"action_belief.{k}.spearman"],
+                  **{f"agree_{r}": m[f"action_belief.{k}.agree_{r}"] for r in PAPER_RISKS},
+                  **{f"etcu_{r}": m.get(f"baseline.{k}.etcu_{r}", m.get(f"etcu_{r}")) for r in PAPER_RISKS}}
+                 for k in keys]
+        rows += block
+        header = {"estimator": "Confidence", "spearman": "Spearman ρ",
+                  **{f"agree_{r}": f"agrees with MBR ({r})" for r in PAPER_RISKS}}
+        own = " / ".join(fmt(m[f"agent.etcu_{r}"]) for r in PAPER_RISKS)
+        parts.append(f"### {llm}\n\nThe agent calls an API on {m['agent.act_rate']:.0%} of the test queries and takes "
+                     f"the way out on the rest; the utility of its own choices is {own} at low / medium / high "
+                     f"risk.\n\n{_markdown(pd.DataFrame(block), header)}")
+    body = ("## Action-belief consistency (Pal et al., 2026)\n\nSpearman ρ between the agent's non-abstention rate "
+            "and each confidence over 10 equal-percentile confidence bins (+1: it acts exactly when confident, "
+            "-1: the opposite); agreement: how often its choice equals each estimator's minimum-Bayes-risk "
+            "decision.\n\n" + "\n\n".join(parts))
+    return Section(body, pd.DataFrame(rows).assign(table="action_belief"))
+
+
+def miscalibration_field(runs: Sequence[Any]) -> Section | None:
+    """Region sizes, worst-slice gap and the correction's effect for every field-corrected base estimator."""
+    chosen = _latest([r for r in runs if "field.frac_over" in r.data.metrics],
+                     lambda r: (r.data.tags.get("llm"), r.data.tags.get("estimator"), r.data.tags.get("protocol")))
+    if not chosen:
+        return None
+    rows = []
+    for run in chosen:
+        m, base = run.data.metrics, run.data.params.get("estimator.base", "")
+        rows.append({
+            "llm": run.data.params.get("llm.display", run.data.tags.get("llm", "")), "base": _name(base, {}),
+            "n_test": m.get("field.n_test", np.nan), "over": m["field.frac_over"], "under": m["field.frac_under"],
+            "gap": m["field.worst_slice_gap"], "smece_base": m["field.smece_all_base"],
+            "smece_field": m["field.smece_all_field"], "brier_base": m["field.brier_all_base"],
+            "brier_field": m["field.brier_all_field"], "auc_base": m.get(f"baseline.{base}.auc_etcu", np.nan),
+            "auc_field": m["auc_etcu"], "alpha": m.get("field.alpha", np.nan), "run_id": run.info.run_id})
+    frame = pd.DataFrame(rows).sort_values(["llm", "base"])
+    shown = frame.assign(n_test=[str(int(n)) if n == n else "" for n in frame["n_test"]],
+                         over=[f"{v:.0%}" for v in frame["over"]], under=[f"{v:.0%}" for v in frame["under"]])
+    header = {"llm": "Model", "base": "Base estimator", "n_test": "test n", "over": "overconfident",
+              "under": "underconfident", "gap": "worst-slice gap", "smece_base": "smECE base",
+              "smece_field": "smECE corrected", "brier_base": "Brier base", "brier_field": "Brier corrected",
+              "auc_base": "AUC-ETCU base", "auc_field": "AUC-ETCU corrected", "alpha": "α"}
+    body = ("## Hidden miscalibration regimes (Kobalczyk & van der Schaar, 2026)\n\nShare of test calls in the "
+            "over- (δ̂ < -ε) and underconfident (δ̂ > ε) regions of each base estimator's field, the worst-slice "
+            "gap (worst region's smECE minus the global one; 0 when no region has enough points), and the local "
+            "correction's effect on test (α = 0: validation chose no correction).\n\n" + _markdown(shown, header))
+    return Section(body, frame.assign(table="field"))
+
+
+def extra_sections(client, runs: Sequence[Any]) -> list[Section]:
+    """Every extra section that ``runs`` (FINISHED, newest first) have results for."""
+    found = [sample_efficiency(client, runs), risk_sweep(runs), action_belief(runs), miscalibration_field(runs)]
+    return [section for section in found if section is not None]

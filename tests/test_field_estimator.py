@@ -1,0 +1,44 @@
+"""FieldCorrection: a base estimator plus the local correction of the miscalibration field."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from mice_exp.estimators import FieldCorrection, MiceLogisticRegression, RawConfidence
+
+FAST = {"max_epochs": 3, "sigmas": [0.3], "lambdas": [0.01], "num_threads": 1}
+
+
+def regime_data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A raw confidence of 0.7 everywhere; correct 95% of the time where x0 > 0, 45% elsewhere."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4))
+    y = (rng.random(n) < np.where(x[:, 0] > 0, 0.95, 0.45)).astype(int)
+    return np.column_stack([np.full(n, 0.7), x]), y
+
+
+def test_the_correction_moves_each_regime_towards_its_accuracy_and_stays_in_0_1():
+    X, y = regime_data(600)
+    model = FieldCorrection(RawConfidence(), base_width=1, preset="synthetic", field=FAST | {"lr": 1e-3,
+                                                                                          "max_epochs": 30}).fit(X, y)
+    Xt, _ = regime_data(400, seed=1)
+    p = model.predict_proba(Xt)[:, 1]
+    assert np.all((p >= 0) & (p <= 1))
+    good, bad = Xt[:, 1] > 0, Xt[:, 1] <= 0
+    assert p[good].mean() > 0.75 and p[bad].mean() < 0.65  # raw says 0.7 in both
+    assert model.signed_field(Xt)[good].mean() > 0 > model.signed_field(Xt)[bad].mean()
+
+
+def test_it_is_an_sklearn_estimator_that_clones_with_its_base():
+    model = FieldCorrection(MiceLogisticRegression(), base_width=1, field=FAST)
+    copy = clone(model)
+    assert isinstance(copy.base, MiceLogisticRegression) and copy.base is not model.base
+    assert copy.get_params()["field"] == FAST
+
+
+def test_a_base_width_that_does_not_split_x_is_a_clear_error():
+    X, y = regime_data(100)
+    with pytest.raises(ValueError, match="base_width=None does not split 5 columns"):
+        FieldCorrection(RawConfidence(), field=FAST).fit(X, y)
