@@ -55,7 +55,7 @@ def _parse_line(path: Path, number: int, line: str) -> Example:
         raise UserError(f"{where}: 'api' must be a non-empty string and 'query' a string")
     if not isinstance(record["id"], (str, int)) or isinstance(record["id"], bool):
         raise UserError(f"{where}: 'id' must be a string or an integer, got {record['id']!r}")
-    tools, tool_names = _tools(where, record)
+    tools, tool_names = parse_tools(where, record)
     action, action_input, demo_input = _gold(where, record["gold"])
     if action not in tool_names:
         raise UserError(f"{where}: gold action {action!r} is not among the tools {list(tool_names)}")
@@ -71,7 +71,7 @@ def _parse_line(path: Path, number: int, line: str) -> Example:
     )
 
 
-def _tools(where: str, record: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+def parse_tools(where: str, record: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
     """The prompt text of the tools and the names allowed after ``Action:``."""
     tools = record["tools"]
     if isinstance(tools, str):

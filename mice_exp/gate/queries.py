@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mice_exp.data.jsonl import _tools as jsonl_tools  # TODO: public once mice_exp.data.jsonl exports it
+from mice_exp.data.jsonl import parse_tools
 from mice_exp.data.records import Example
 from mice_exp.errors import UserError
 
@@ -51,7 +51,7 @@ def parse_query(item: Any, index: int, where: str | None = None) -> Example:
         raise UserError(f"{where}: 'query' must be a non-empty string")
     if "id" in item and (not isinstance(item["id"], (str, int)) or isinstance(item["id"], bool)):
         raise UserError(f"{where}: 'id' must be a string or an integer, got {item['id']!r}")
-    tools, names = jsonl_tools(where, item)
+    tools, names = parse_tools(where, item)
     return Example(id=f"gate/{index}", dataset="jsonl", api="gate", query=item["query"], tools=tools,
                    tool_names=tuple(names), gold={"action": None, "action_input": None}, demo="")
 
