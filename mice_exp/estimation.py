@@ -86,7 +86,8 @@ def run_estimators(cfg: Mapping[str, Any], fs: FeatureSet) -> list[Row]:
         rows.append(Row(key, entry["name"], fitted, p, evaluate(p, y, risks)))
     by_key = {r.key: r for r in rows}
     main = rows[-1]
-    pairs = [(ref, metric) for ref in MARKS if ref in by_key and ref != main.key for metric in TABLE_METRICS]
+    tested = int(cfg["permutations"]) > 0  # 0: no significance tests (sweeps that only need the metrics)
+    pairs = [(ref, metric) for ref in MARKS if tested and ref in by_key and ref != main.key for metric in TABLE_METRICS]
     # smECE's bandwidth search makes each permuted metric ~40 ms: run the tests on every core.
     tests = Parallel(n_jobs=int(cfg.get("n_jobs", -1)))(
         delayed(permutation_test)(_metric_fn(metric, risks), main.p, by_key[ref].p, y,
