@@ -153,7 +153,8 @@ def action_belief(runs: Sequence[Any]) -> Section | None:
                  for k in keys]
         rows += block
         header = {"estimator": "Confidence", "spearman": "Spearman ρ",
-                  **{f"agree_{r}": f"agrees with MBR ({r})" for r in PAPER_RISKS}}
+                  **{f"agree_{r}": f"agrees with MBR ({r})" for r in PAPER_RISKS},
+                  **{f"etcu_{r}": f"its MBR utility ({r})" for r in PAPER_RISKS}}
         own = " / ".join(fmt(m[f"agent.etcu_{r}"]) for r in PAPER_RISKS)
         parts.append(f"### {llm}\n\nThe agent calls an API on {m['agent.act_rate']:.0%} of the test queries and takes "
                      f"the way out on the rest; the utility of its own choices is {own} at low / medium / high "
@@ -161,7 +162,7 @@ def action_belief(runs: Sequence[Any]) -> Section | None:
     body = ("## Action-belief consistency (Pal et al., 2026)\n\nSpearman ρ between the agent's non-abstention rate "
             "and each confidence over 10 equal-percentile confidence bins (+1: it acts exactly when confident, "
             "-1: the opposite); agreement: how often its choice equals each estimator's minimum-Bayes-risk "
-            "decision.\n\n" + "\n\n".join(parts))
+            "decision; utility: the ETCU of acting on that estimator's decisions instead.\n\n" + "\n\n".join(parts))
     return Section(body, pd.DataFrame(rows).assign(table="action_belief"))
 
 
