@@ -174,14 +174,20 @@ def check_config(cfg: dict[str, Any]) -> None:
         raise UserError(f"sources.use={cfg['sources']['use']}; expected some of {', '.join(SOURCES)}")
 
 
-def finished_before(cfg: dict[str, Any], paths: Paths) -> str | None:
-    """The id of a FINISHED MLflow run with the same resolved config, so a re-run or resumed sweep skips it."""
+def finished_before(cfg: dict[str, Any], paths: Paths, sweep: str) -> str | None:
+    """The id of a FINISHED MLflow run with the same resolved config, so a re-run or resumed sweep skips
+    it; the run is tagged as reused by ``sweep``, so the sweep's report still finds it."""
+    from mice_exp.report.sweeps import mark_reused
     from mice_exp.tracking.store import ensure_experiment, is_enabled, open_client, tracking_uri
 
     if not is_enabled(cfg["tracking"]):
         return None
     experiment = ensure_experiment(cfg["tracking"], paths.root)
-    return finished_run_with_config(open_client(tracking_uri(cfg["tracking"], paths.root)), experiment, config_hash(cfg))
+    client = open_client(tracking_uri(cfg["tracking"], paths.root))
+    done = finished_run_with_config(client, experiment, config_hash(cfg))
+    if done is not None:
+        mark_reused(client, done, sweep)
+    return done
 
 
 def run(cfg: DictConfig | dict) -> dict[str, Any]:
@@ -195,7 +201,7 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
             "estimator": cfg["estimator"]["key"], "protocol": cfg["protocol"]["name"], "risk": cfg["risk"]["name"],
             CONFIG_HASH_TAG: config_hash(cfg), **hydra_tags()}
     in_sweep = "sweep" in tags  # only sweep jobs skip; a single run always runs
-    done = finished_before(cfg, paths) if in_sweep and not cfg.get("force") else None
+    done = finished_before(cfg, paths, tags["sweep"]) if in_sweep and not cfg.get("force") else None
     if done is not None:
         print(f"skipping: MLflow run {done} already FINISHED with this resolved config (force=true re-runs it)")
         return {"run_id": done, "skipped": True}

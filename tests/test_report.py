@@ -466,3 +466,16 @@ def test_the_report_adds_the_risk_sweep_action_belief_field_and_sample_efficienc
     written = {p.name for p in report.write(tmp_path / "out")}
     assert {"risk_sweep_llama3_8b_instruct.png", "sample_efficiency_llama3_8b_instruct.png"} <= written
     assert set(report.csv["table"]) >= {"risk_sweep", "action_belief", "field", "sample_efficiency"}
+
+
+def test_a_sweep_report_includes_the_runs_its_skipped_jobs_reused(fresh):
+    """A preset whose jobs another sweep already ran skips them; its report still shows them."""
+    from mice_exp.report.sweeps import mark_reused
+
+    earlier = fresh.job("llama3_8b_instruct", "mice_rf", metrics=as_metrics(LLAMA3["mice_rf"]), sweep="sweep/a",
+                        baselines={k: LLAMA3[k] for k in ("raw", "hre", "nwkr")})
+    own = fresh.job("llama3_8b_instruct", "mice_lr", metrics=as_metrics(LLAMA3["mice_lr"]), sweep="sweep/b")
+    mark_reused(fresh.client, earlier, "sweep/b")
+    records = command.build_report(fresh.client, EXPERIMENT, sweep="sweep/b", with_figures=False).records
+    assert {r.run_id for r in records} == {earlier, own}
+    assert [r.run_id for r in command.build_report(fresh.client, EXPERIMENT, sweep="sweep/a").records] == [earlier]

@@ -110,6 +110,25 @@ def finished_filter(sweep: str | None = None) -> str:
     return " and ".join(parts)
 
 
+def reused_tag(sweep: str) -> str:
+    """The tag a FINISHED run gets when a job of ``sweep`` skipped itself because of it."""
+    from mice_exp.cache import stable_hash
+
+    return f"{SWEEP_TAG}.reused.{stable_hash(sweep, length=16)}"
+
+
+def sweep_runs(client: MlflowClient, ids: Sequence[str], sweep: str | None) -> list[Run]:
+    """FINISHED runs of a sweep, newest first: its own jobs' runs and the identical earlier runs
+    its skipped jobs reused (so a preset whose jobs another sweep already ran still has them all)."""
+    runs = search_all(client, ids, finished_filter(sweep))
+    if sweep is not None:
+        reused = search_all(client, ids, f"attributes.status = 'FINISHED' and tags.`{reused_tag(sweep)}` = 'true'")
+        known = {run.info.run_id for run in runs}
+        runs += [run for run in reused if run.info.run_id not in known]
+        runs.sort(key=lambda run: (run.info.start_time or 0, run.info.run_id), reverse=True)
+    return runs
+
+
 def to_record(run: Run) -> RunRecord | None:
     """A :class:`RunRecord`, or None for runs that are not estimation jobs (parents, reports, stage=llm)."""
     tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
@@ -162,7 +181,7 @@ def collect_runs(client: MlflowClient, ids: Sequence[str], sweep: str | None = N
     """
     if sweep is not None:
         sweep = sweep.rstrip("/") or sweep
-    records = [r for r in (to_record(run) for run in search_all(client, ids, finished_filter(sweep))) if r]
+    records = [r for r in (to_record(run) for run in sweep_runs(client, ids, sweep)) if r]
     if not records:
         where = label or f"experiment id(s) {', '.join(ids) or '(none)'}"
         where += f" with tag sweep={sweep!r}" if sweep else ""

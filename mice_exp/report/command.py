@@ -39,9 +39,8 @@ from mice_exp.report.collect import (
     RunRecord,
     collect_runs,
     experiment_ids,
-    finished_filter,
     latest_per_key,
-    search_all,
+    sweep_runs,
     to_record,
 )
 from mice_exp.report.extras import Section, extra_sections
@@ -117,7 +116,7 @@ def build_report(client, experiment: str | None = DEFAULT_EXPERIMENT, sweep: str
         sweep = sweep.rstrip("/") or sweep
     ids = experiment_ids(client, experiment)
     label = f"experiment {experiment!r}" if experiment else "any experiment"
-    runs = search_all(client, ids, finished_filter(sweep))
+    runs = sweep_runs(client, ids, sweep)
     extras = extra_sections(client, runs)
     records = latest_per_key(r for r in map(to_record, runs) if r)
     if not records and not extras:

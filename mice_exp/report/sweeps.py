@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mice_exp.cache import stable_hash
-from mice_exp.report.collect import PARENT_TAG, SWEEP_TAG, quote
+from mice_exp.report.collect import PARENT_TAG, SWEEP_TAG, quote, reused_tag
 from mice_exp.tracking.gitinfo import git_tags
 from mice_exp.tracking.params import MAX_TAG_VALUE_LENGTH, flatten_params, truncate
 from mice_exp.tracking.store import (
@@ -62,6 +62,11 @@ def finished_run_with_config(client: MlflowClient, experiment_id: str, config_ha
         order_by=["attributes.start_time DESC"],
     )
     return runs[0].info.run_id if runs else None
+
+
+def mark_reused(client: MlflowClient, run_id: str, sweep_id: str) -> None:
+    """Record that a job of ``sweep_id`` skipped itself because ``run_id`` already has its result."""
+    client.set_tag(run_id, reused_tag(sweep_id), "true")
 
 
 def find_parent_run(client: MlflowClient, experiment_ids: Sequence[str], sweep_id: str) -> str | None:
