@@ -38,9 +38,11 @@ DEFAULT_FEATURES = "bertscore"
 #: Display names of reference rows (the runs' own ``estimator.name`` params win when present).
 ESTIMATOR_NAMES = {"raw": "Raw Confidence", "hre": "HRE", "nwkr": "NWKR", "platt": "Platt Scaling",
                    "isotonic": "Isotonic", "temperature": "Temperature Scaling",
-                   "mice_lr": "MICE LR", "mice_rf": "MICE RF"}
-#: Row order inside a block: reference calibrators first, MICE models last (as in Table 1).
-ESTIMATOR_ORDER = ("raw", "hre", "nwkr", "platt", "isotonic", "temperature")
+                   "mice_lr": "MICE LR", "mice_rf": "MICE RF",
+                   "p_true": "P(True)", "verbalized": "Verbalized", "consistency": "Self-consistency"}
+#: Row order inside a block: untrained confidences and reference calibrators first, MICE models
+#: last (as in Table 1).
+ESTIMATOR_ORDER = ("raw", "p_true", "verbalized", "consistency", "hre", "nwkr", "platt", "isotonic", "temperature")
 MICE_ORDER = ("mice_lr", "mice_rf")
 #: Table 2: RF before LR, and the ablated feature sets before the full one.
 ABLATION_ESTIMATOR_ORDER = ("mice_rf", "mice_lr")
