@@ -156,9 +156,12 @@ def action_belief(runs: Sequence[Any]) -> Section | None:
                   **{f"agree_{r}": f"agrees with MBR ({r})" for r in PAPER_RISKS},
                   **{f"etcu_{r}": f"its MBR utility ({r})" for r in PAPER_RISKS}}
         own = " / ".join(fmt(m[f"agent.etcu_{r}"]) for r in PAPER_RISKS)
-        parts.append(f"### {llm}\n\nThe agent calls an API on {m['agent.act_rate']:.0%} of the test queries and takes "
-                     f"the way out on the rest; the utility of its own choices is {own} at low / medium / high "
-                     f"risk.\n\n{_markdown(pd.DataFrame(block), header)}")
+        rate = m["agent.act_rate"]
+        choice = ("never takes the way out, so ρ is undefined (–)" if rate == 1 else
+                  "always takes the way out, so ρ is undefined (–)" if rate == 0 else "takes the way out on the rest")
+        parts.append(f"### {llm}\n\nThe agent calls an API on {rate:.0%} of the test queries and {choice}; the "
+                     f"utility of its own choices is {own} at low / medium / high risk.\n\n"
+                     f"{_markdown(pd.DataFrame(block), header)}")
     body = ("## Action-belief consistency (Pal et al., 2026)\n\nSpearman ρ between the agent's non-abstention rate "
             "and each confidence over 10 equal-percentile confidence bins (+1: it acts exactly when confident, "
             "-1: the opposite); agreement: how often its choice equals each estimator's minimum-Bayes-risk "
