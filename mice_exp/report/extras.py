@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from mice_exp.metrics import PAPER_RISKS
 from mice_exp.report.collect import Predictions
 from mice_exp.report.plots import slug
-from mice_exp.report.tables import ESTIMATOR_NAMES, fmt
+from mice_exp.report.tables import ESTIMATOR_NAMES, ESTIMATOR_ORDER, MICE_ORDER, fmt
 
 SAMPLE_EFFICIENCY_CSV = "sample_efficiency.csv"
 
@@ -47,6 +47,13 @@ def _latest(runs: Sequence[Any], key) -> list[Any]:
 
 def _name(key: str, names: Mapping[str, str]) -> str:
     return names.get(key) or ESTIMATOR_NAMES.get(key, key)
+
+
+def _in_table_order(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in Table 1's order (confidences and calibrators, then MICE, then the rest by key)."""
+    order = [*ESTIMATOR_ORDER, *MICE_ORDER]
+    rank = [(order.index(k), k) if k in order else (len(order), k) for k in frame["estimator"]]
+    return frame.iloc[sorted(range(len(frame)), key=rank.__getitem__)]
 
 
 def _markdown(frame: pd.DataFrame, columns: Mapping[str, str]) -> str:
@@ -88,7 +95,7 @@ def sample_efficiency(client, runs: Sequence[Any]) -> Section | None:
             table = table.assign(llm=llm, run_id=run.info.run_id)
             frames.append(table)
             cells = table.assign(cell=[f"{m:.3f} ± {s:.3f}" for m, s in zip(table["mean"], table["std"])])
-            wide = cells.pivot(index="estimator", columns="size", values="cell").reset_index()
+            wide = _in_table_order(cells.pivot(index="estimator", columns="size", values="cell").reset_index())
             wide["estimator"] = [_name(k, {}) for k in wide["estimator"]]
             header = {"estimator": "Estimator", **{c: f"n = {c}" for c in wide.columns[1:]}}
             name = f"sample_efficiency_{slug(run.data.tags.get('llm', 'llm'))}.png"
@@ -120,7 +127,7 @@ def risk_sweep(runs: Sequence[Any]) -> Section | None:
     frame = pd.DataFrame(rows).drop_duplicates(["llm", "estimator", "fp"]).sort_values(["llm", "estimator", "tau"])
     parts, figures = [], {}
     for llm, block in frame.groupby("llm", sort=False):
-        wide = block.pivot(index="estimator", columns="tau", values="etcu").reset_index()
+        wide = _in_table_order(block.pivot(index="estimator", columns="tau", values="etcu").reset_index())
         wide["estimator"] = [_name(k, names) for k in wide["estimator"]]
         header = {"estimator": "Estimator", **{t: f"τ={t:.2f}" for t in wide.columns[1:]}}
         fig, ax = _new_figure(f"{llm}: utility against the cost of a false positive", "τ = -fp / (1 - fp)",
