@@ -479,3 +479,15 @@ def test_a_sweep_report_includes_the_runs_its_skipped_jobs_reused(fresh):
     records = command.build_report(fresh.client, EXPERIMENT, sweep="sweep/b", with_figures=False).records
     assert {r.run_id for r in records} == {earlier, own}
     assert [r.run_id for r in command.build_report(fresh.client, EXPERIMENT, sweep="sweep/a").records] == [earlier]
+
+
+def test_a_sweep_with_only_sample_efficiency_runs_gets_its_report_and_report_run(fresh, monkeypatch):
+    run = fresh.job("llama3_8b_instruct", "mice_rf", protocol="sample_efficiency", predictions_keys=[])
+    table = pd.DataFrame({"estimator": ["mice_rf"], "size": [25], "n_groups": [4], "trials": [3], "mean": [0.1],
+                          "var": [0.01], "std": [0.1]})
+    fresh.client.log_text(run, table.to_csv(index=False), "sample_efficiency.csv")
+    monkeypatch.setattr(command, "project_root", lambda: fresh.root)
+    command.report(["--tracking-uri", fresh.uri, "--preset", "sample_efficiency"])
+    text = (fresh.root / "experiments" / "sample_efficiency" / "results.md").read_text()
+    assert "| MICE RF | 0.100 ± 0.100 |" in text and "Table 1" not in text
+    assert fresh.client.search_runs([fresh.experiment_id], "tags.report = 'true'")

@@ -33,6 +33,7 @@ from mice_exp.errors import UserError
 from mice_exp.paths import project_root
 from mice_exp.report import plots, tables
 from mice_exp.report.collect import (
+    PARENT_TAG,
     REPORT_TAG,
     SWEEP_TAG,
     Predictions,
@@ -65,6 +66,9 @@ class Report:
     experiment: str | None = None
     sweep: str | None = None
     extras: list[Section] = field(default_factory=list)
+    #: Experiment of every run read, tables' or extras' (where the report run goes), most used first.
+    experiment_ids: list[str] = field(default_factory=list)
+    n_jobs: int = 0  # FINISHED job runs read (tables and extra sections)
 
     @property
     def csv(self) -> pd.DataFrame:
@@ -78,8 +82,9 @@ class Report:
             source += f", sweep `{self.sweep}`"
         parts = [
             "# mice_exp results",
-            f"{len(self.records)} FINISHED runs from {source} (the latest per LLM, dataset, features, "
-            "estimator and protocol); the `run_id` column of results.csv gives each row's run.",
+            f"{len(self.records)} FINISHED runs in the tables from {source} (the latest per LLM, dataset, "
+            "features, estimator and protocol)" + (f", {self.n_jobs} job runs read in all" if self.extras else "")
+            + "; the `run_id` column of results.csv gives each row's run.",
             *tables.markdown_sections(self.table1, self.ablation),
         ]
         etcu = [name for name in self.figures if name != plots.LOAO_FILE]
@@ -123,7 +128,10 @@ def build_report(client, experiment: str | None = DEFAULT_EXPERIMENT, sweep: str
         collect_runs(client, ids, sweep, label)  # raises the error that names the sweeps there are
     table = tables.table1(records, features)
     ablation = tables.ablation_table(records, features)
-    report = Report(records, table, ablation, experiment=experiment, sweep=sweep, extras=extras)
+    used = [id_ for id_, _ in Counter(run.info.experiment_id for run in runs).most_common()]
+    report = Report(records, table, ablation, experiment=experiment, sweep=sweep, extras=extras, experiment_ids=used,
+                    n_jobs=sum(1 for run in runs if run.data.tags.get(PARENT_TAG) != "true"
+                               and run.data.tags.get(REPORT_TAG) != "true"))
     if with_figures:
         with Predictions(client) as predictions:
             report.figures.update(plots.etcu_figures(table, predictions))
@@ -141,12 +149,12 @@ def target_run(client, report: Report, root: Path) -> tuple[str, bool]:
     from mice_exp.report.sweeps import find_parent_run
     from mice_exp.tracking.gitinfo import git_tags
 
-    ids = sorted({r.experiment_id for r in report.records})
+    ids = sorted(report.experiment_ids)
     if report.sweep:
         parent = find_parent_run(client, ids, report.sweep)
         if parent is not None:
             return parent, False
-    experiment_id = Counter(r.experiment_id for r in report.records).most_common(1)[0][0]
+    experiment_id = report.experiment_ids[0]
     tags = {"mlflow.source.name": "mice_exp report", REPORT_TAG: "true", "report.runs": str(len(report.records)),
             **git_tags(root)}
     if report.sweep:
