@@ -267,9 +267,7 @@ def sample_efficiency_figure(
 
 def build_estimators(keys: Sequence[str], seed: int) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     """Unfitted estimators from ``conf/estimator/<key>.yaml``, their display names and confidence sources."""
-    from hydra.utils import instantiate
-
-    from mice_exp.estimation import estimator_config
+    from mice_exp.estimation import build_estimator, estimator_config
     from mice_exp.paths import project_root
 
     estimators, names, sources = {}, {}, {}
@@ -277,7 +275,7 @@ def build_estimators(keys: Sequence[str], seed: int) -> tuple[dict[str, Any], di
         if not (project_root() / "conf" / "estimator" / f"{key}.yaml").exists():
             raise UserError(f"protocol.estimators lists {key!r}; expected a file conf/estimator/{key}.yaml")
         entry = estimator_config(key, seed)
-        estimators[key], names[key] = instantiate(entry["model"]), entry["name"]
+        estimators[key], names[key] = build_estimator(entry, seed), entry["name"]
         sources[key] = entry.get("source", "raw")
     return estimators, names, sources
 
