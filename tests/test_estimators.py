@@ -142,8 +142,9 @@ def test_rows_with_nan_at_prediction_get_the_base_rate(estimator: ConfidenceEsti
     expected = fitted.predict_proba(test)[:, 1]
     test[2, 0], expected[2] = np.nan, y.mean()
     with pytest.warns(FallbackWarning, match="1 rows"):
-        # rtol 1e-6: the field's float32 network may round differently for a 4-row than a 5-row batch
-        np.testing.assert_allclose(fitted.predict_proba(test)[:, 1], expected, rtol=1e-6)
+        # The field's float32 network rounds differently for a 4-row than a 5-row batch and per CPU /
+        # thread layout (relative 6e-6 seen); rtol 1e-4 is far below any base-rate mix-up (>1e-2).
+        np.testing.assert_allclose(fitted.predict_proba(test)[:, 1], expected, rtol=1e-4)
 
 
 def test_raw_confidence_learns_nothing_so_one_class_changes_nothing() -> None:

@@ -78,7 +78,7 @@ def _record(example: Example, split: str, prompt: Prompt, gen: Generation, lens_
     used = probs[mask] if any(mask) else probs  # unparseable: every generated token counts
     return {
         "id": example.id, "api": example.api, "split": split, "dataset": example.dataset,
-        "prompt_tokens": len(prompt.ids), "n_demos": prompt.n_demos, "demos_dropped": prompt.dropped,
+        "prompt_tokens": len(prompt.ids), "prompt_hash": stable_hash(prompt.ids), "n_demos": prompt.n_demos, "demos_dropped": prompt.dropped,
         "text": gen.text, "token_ids": gen.token_ids, "token_probs": probs.tolist(),
         "offsets": [list(o) for o in gen.offsets], "content_mask": mask,
         "raw_confidence": float(np.prod(used)) if len(used) else 1.0,
