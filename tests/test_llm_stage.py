@@ -9,7 +9,8 @@ import pytest
 
 import mice_exp.llm.stage as stage
 from mice_exp.commands import compose_config
-from mice_exp.llm.stage import load_arrays, load_records, run_llm_stage
+from mice_exp.llm.records import read_stage
+from mice_exp.llm.stage import run_llm_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
 from mice_exp.run import as_plain
 
@@ -33,14 +34,14 @@ def finished(tmp_path_factory, tiny_llm):
 
 
 def test_every_example_gets_a_record_with_layer_strings(finished, tiny_llm):
-    records = load_records(finished)
+    records = read_stage(finished).records
     assert len(records) == 6
     for r in records:
         assert len(r["layer_strings"]) == tiny_llm.n_layers - 1
         assert len(r["token_probs"]) == len(r["token_ids"]) == len(r["content_mask"])
         assert 0.0 <= r["raw_confidence"] <= 1.0
         assert r["label"] in (0, 1)
-    assert load_arrays(finished, "mean_pool").shape == (6, tiny_llm.n_layers, tiny_llm.hidden_size)
+    assert read_stage(finished).arrays("mean_pool").shape == (6, tiny_llm.n_layers, tiny_llm.hidden_size)
 
 
 def test_a_killed_run_resumes_to_identical_records(finished, tmp_path, tiny_llm, monkeypatch):
@@ -61,9 +62,9 @@ def test_a_killed_run_resumes_to_identical_records(finished, tmp_path, tiny_llm,
     monkeypatch.setattr(stage, "generate_batch", real)
     resumed = run_llm_stage(tiny_cfg(), paths_in(tmp_path), llm=tiny_llm)
     assert resumed.name == finished.name  # same key
-    assert load_records(resumed) == load_records(finished)
+    assert read_stage(resumed).records == read_stage(finished).records
     for name in ("mean_pool", "last_token", "first_token"):
-        np.testing.assert_array_equal(load_arrays(resumed, name), load_arrays(finished, name))
+        np.testing.assert_array_equal(read_stage(resumed).arrays(name), read_stage(finished).arrays(name))
 
 
 def test_a_finished_stage_is_reused_not_recomputed(finished, tiny_llm, monkeypatch):

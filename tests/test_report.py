@@ -491,3 +491,13 @@ def test_a_sweep_with_only_sample_efficiency_runs_gets_its_report_and_report_run
     text = (fresh.root / "experiments" / "sample_efficiency" / "results.md").read_text()
     assert "| MICE RF | 0.100 ± 0.100 |" in text and "Table 1" not in text
     assert fresh.client.search_runs([fresh.experiment_id], "tags.report = 'true'")
+
+
+def test_a_zero_shot_mark_never_sits_next_to_a_better_displayed_baseline():
+    """The LOAO run beat its own (logged) HRE with p < 0.05, but the HRE row the table shows is better."""
+    zeroshot = {"smece": 0.149, "pvalue_smece_vs_hre": 0.001, "baseline.hre.smece": 0.30,
+                "pvalue_smece_vs_nwkr": 0.001, "baseline.nwkr.smece": 0.20}
+    displayed = {"baseline.hre.smece": 0.061, "baseline.nwkr.smece": 0.053}
+    assert tables.significance_marks(zeroshot, "smece") == "*†"  # against its own baselines only
+    assert tables.significance_marks(zeroshot, "smece", displayed) == ""
+    assert tables.significance_marks(zeroshot | {"smece": 0.05}, "smece", displayed) == "*†"

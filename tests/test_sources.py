@@ -7,7 +7,8 @@ import pytest
 
 import mice_exp.llm.sources as sources
 from mice_exp.llm.sources import compute_source, load_source, option_token_ids, parse_percent
-from mice_exp.llm.stage import load_records, run_llm_stage, select_examples
+from mice_exp.llm.records import read_stage
+from mice_exp.llm.stage import run_llm_stage, select_examples
 from tests.test_llm_stage import paths_in, tiny_cfg
 
 
@@ -28,7 +29,7 @@ def stage(tmp_path_factory, tiny_llm):
     cfg = tiny_cfg()
     out = run_llm_stage(cfg, paths_in(tmp), llm=tiny_llm)
     examples = {e.id: e for e in select_examples(cfg["dataset"], paths_in(tmp)).examples}
-    return cfg, out, examples, load_records(out)
+    return cfg, out, examples, read_stage(out).records
 
 
 @pytest.mark.parametrize("name", ["p_true", "verbalized", "consistency"])

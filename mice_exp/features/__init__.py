@@ -14,10 +14,9 @@ from mice_exp.errors import UserError
 from mice_exp.features.bertscore import bertscore_matrix, encoder_id
 from mice_exp.features.layers import NAMED, select_layers
 from mice_exp.features.pooled import cosine_to_last, layer_pca, mean_pool
-from mice_exp.llm.stage import load_arrays, load_records, summary
+from mice_exp.llm.records import ARRAYS, StageOutput
 
 VIEWS = ("bertscore", "mean_pool", "cosine", "pca")
-ARRAYS = ("first_token", "last_token", "mean_pool")  # per-example LLM-stage arrays [N, L, d]
 
 
 @dataclass
@@ -33,7 +32,7 @@ class FeatureSet:
     columns: list[str]
     layer_scores: np.ndarray | None  # [N, L-1] BERTScores when the view has them (for figures)
     sources: dict[str, np.ndarray] = field(default_factory=dict)  # p_true, verbalized, consistency
-    llm_dir: Path | None = None  # the LLM-stage cache the rows come from (for representations)
+    stage: StageOutput | None = None  # the LLM-stage output the rows come from (for representations)
 
     def rows(self, split: str) -> np.ndarray:
         return self.splits == split
@@ -54,14 +53,18 @@ class FeatureSet:
             return self.X
         if name not in ARRAYS:
             raise UserError(f"representation={name!r}; expected features or one of {', '.join(ARRAYS)}")
-        if self.llm_dir is None:
-            raise UserError(f"representation={name!r} needs the LLM-stage cache; this feature set has none")
-        return load_arrays(self.llm_dir, name)[:, -1].astype(np.float64)
+        if self.stage is None:
+            raise UserError(f"representation={name!r} needs the LLM stage's hidden states; this feature set has none")
+        return self.stage.arrays(name)[:, -1].astype(np.float64)
 
 
-def cached_bertscore(llm_dir: Path, features_cache: Path, records: list[dict], encoder: Mapping[str, Any]) -> np.ndarray:
-    """BERTScores for one LLM-stage cache, computed once per encoder and shared by every job."""
-    path = features_cache / f"{llm_dir.name}-bertscore-{stable_hash(encoder_id(encoder))}.npz"
+def cached_bertscore(stage: StageOutput, features_cache: Path | None, encoder: Mapping[str, Any]) -> np.ndarray:
+    """BERTScores for one LLM-stage output, computed once per encoder and shared by every job
+    (``features_cache=None``: computed, not cached, as the gate does for one batch of queries)."""
+    records = stage.records
+    if features_cache is None:
+        return bertscore_matrix(records, encoder)
+    path = features_cache / f"{stage.key}-bertscore-{stable_hash(encoder_id(encoder))}.npz"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock"):
@@ -83,22 +86,22 @@ def check_features(cfg: Mapping[str, Any]) -> None:
                         "or a list of layer numbers")
 
 
-def build_features(cfg: Mapping[str, Any], llm_dir: Path, features_cache: Path, seed: int = 0,
+def build_features(cfg: Mapping[str, Any], stage: StageOutput, features_cache: Path | None, seed: int = 0,
                    sources: Mapping[str, np.ndarray] | None = None) -> FeatureSet:
-    """Assemble the configured view (``conf/features``) for every record of an LLM-stage cache;
+    """Assemble the configured view (``conf/features``) for every record of an LLM-stage output;
     ``features.sources`` names extra confidence sources appended as columns."""
     check_features(cfg)
     view = cfg["view"]
-    records = load_records(llm_dir)
-    n_layers = int(summary(llm_dir)["n_layers"])
+    records = stage.records
+    n_layers = stage.n_layers
     splits = np.array([r["split"] for r in records])
     scores = None
     if view == "bertscore":
-        scores = cached_bertscore(llm_dir, features_cache, records, cfg["encoder"])
+        scores = cached_bertscore(stage, features_cache, cfg["encoder"])
         layers = select_layers(cfg["layers"], list(range(1, n_layers)), n_layers)
         X, columns = scores[:, [i - 1 for i in layers]], [f"bertscore_L{i}" for i in layers]
     else:
-        pooled = load_arrays(llm_dir, "mean_pool")
+        pooled = stage.arrays("mean_pool")
         if view == "cosine":
             layers = select_layers(cfg["layers"], list(range(1, n_layers)), n_layers)
             X, columns = cosine_to_last(pooled, layers)
@@ -118,4 +121,4 @@ def build_features(cfg: Mapping[str, Any], llm_dir: Path, features_cache: Path, 
         raise UserError(f"features {cfg.get('name')!r} select no layer and no confidence; expected at least one feature")
     return FeatureSet(ids=[r["id"] for r in records], apis=np.array([r["api"] for r in records]), splits=splits,
                       labels=np.array([r["label"] for r in records]), confidence=confidence,
-                      X=X.astype(np.float64), columns=columns, layer_scores=scores, sources=sources, llm_dir=llm_dir)
+                      X=X.astype(np.float64), columns=columns, layer_scores=scores, sources=sources, stage=stage)

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from mice_exp.data.retrieval import default_model_path
+from mice_exp.packages import default_model_path
 
 
 class _SpecialTokens:

@@ -27,7 +27,8 @@ def fit_gate(cfg: Mapping[str, Any], folder: str | Path, paths: Paths | None = N
     """
     from mice_exp.estimation import build_estimator
     from mice_exp.features import build_features
-    from mice_exp.llm.stage import run_llm_stage, summary
+    from mice_exp.llm.records import read_stage
+    from mice_exp.llm.stage import run_llm_stage
     from mice_exp.paths import paths_from
     from mice_exp.protocols import holdout
     from mice_exp.run import as_plain, check_config
@@ -35,14 +36,14 @@ def fit_gate(cfg: Mapping[str, Any], folder: str | Path, paths: Paths | None = N
     cfg = as_plain(cfg)
     check_config(cfg)
     paths = paths or paths_from(cfg["paths"])
-    out = run_llm_stage(cfg, paths, llm)
-    fs = build_features(cfg["features"], out, paths.features, seed=int(cfg["seed"]))
+    stage = read_stage(run_llm_stage(cfg, paths, llm))
+    fs = build_features(cfg["features"], stage, paths.features, seed=int(cfg["seed"]))
     _, fitted = holdout(build_estimator(cfg["estimator"], cfg["seed"]), fs)
-    return save_gate(folder, cfg, fitted, fs.columns, demo_pool(cfg, paths), llm_stage=summary(out),
-                     provenance={"llm_cache": out.name, "train_rows": int(fs.rows("train").sum())})
+    return save_gate(folder, cfg, fitted, fs.columns, demo_pool(cfg, paths), llm_stage=stage.info,
+                     provenance={"llm_cache": stage.key, "train_rows": int(fs.rows("train").sum())})
 
 
-def save_run_gate(cfg: Mapping[str, Any], paths: Paths, llm_dir: Path, fs: Any, estimator: Any, tracker: Any,
+def save_run_gate(cfg: Mapping[str, Any], paths: Paths, stage: Any, fs: Any, estimator: Any, tracker: Any,
                   register: bool | None = None, name: str | None = None) -> dict[str, Any]:
     """Save the estimator a holdout run fitted as a gate: into the run's artifacts (``gate/``) and,
     with ``register``, as a new version of a registered model; with tracking off, into
@@ -53,23 +54,21 @@ def save_run_gate(cfg: Mapping[str, Any], paths: Paths, llm_dir: Path, fs: Any, 
     than raw; see :func:`mice_exp.gate.artifact.unsupported`) and protocols without one model
     (loao: ``estimator`` is None) save nothing and return {}.
     """
-    from mice_exp.llm.stage import summary
-
     options = cfg.get("gate") or {}
     register = bool(options.get("register", True)) if register is None else register
     name = name or options.get("name")
     if not options.get("save", True) or estimator is None or unsupported(cfg):
         return {}
-    provenance = {"run_id": getattr(tracker, "run_id", None), "llm_cache": llm_dir.name,
+    provenance = {"run_id": getattr(tracker, "run_id", None), "llm_cache": stage.key,
                   "train_rows": int(fs.rows("train").sum())}
     args = (cfg, estimator, fs.columns, demo_pool(cfg, paths))
     if not getattr(tracker, "enabled", True) or getattr(tracker, "run_id", None) is None:
         key = stable_hash({k: cfg[k] for k in ("llm", "prompt", "features", "estimator", "risk", "dataset", "seed")})
         folder = paths.cache / "gates" / f"{cfg['llm']['name']}-{cfg['features']['name']}-{cfg['estimator']['key']}-{key}"
-        save_gate(folder, *args, llm_stage=summary(llm_dir), provenance=provenance)
+        save_gate(folder, *args, llm_stage=stage.info, provenance=provenance)
         return {"folder": str(folder)}
     with tempfile.TemporaryDirectory(prefix="mice-gate-") as tmp:
-        save_gate(Path(tmp), *args, llm_stage=summary(llm_dir), provenance=provenance)
+        save_gate(Path(tmp), *args, llm_stage=stage.info, provenance=provenance)
         uri = log_gate(tracker.client, tracker.run_id, tmp)
     result = {"uri": uri}
     if register:

@@ -2,10 +2,10 @@
 
 A query goes through the pipeline's own steps, in the same order and with the same functions:
 demonstrations retrieved from the saved pool (:func:`mice_exp.data.retrieval.rank_demos`), the
-prompt (:func:`mice_exp.llm.prompt.build_prompt`), batched generation with capture
-(:func:`mice_exp.llm.capture.generate_batch`), the LLM stage's record and pooled arrays, written
-as a one-off LLM-stage folder so :func:`mice_exp.features.build_features` builds the feature row
-exactly as it does for a run, and the estimator's ``predict_proba`` on what
+prompt (:func:`mice_exp.llm.prompt.build_prompt`), the LLM stage's own batches and batch loop
+(:func:`mice_exp.llm.stage.batches`, :func:`mice_exp.llm.stage.run_batch`: generation with capture,
+records, pooled arrays), held in memory as a :class:`mice_exp.llm.records.StageOutput` so
+:func:`mice_exp.features.build_features` builds the feature row exactly as it does for a run, and the estimator's ``predict_proba`` on what
 :func:`mice_exp.protocols.inputs` hands it. The call is executed iff p > tau, tau being the
 minimum-Bayes-risk threshold of the saved risk setting (MICE Eq. 2).
 """
@@ -22,7 +22,6 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from mice_exp import __version__
-from mice_exp.cache import write_json, write_jsonl, write_npz
 from mice_exp.errors import UserError
 from mice_exp.gate.artifact import (
     ENCODER_IDENTITY,
@@ -37,6 +36,7 @@ from mice_exp.gate.artifact import (
 )
 from mice_exp.gate.queries import parse_query, query_id
 from mice_exp.gate.registry import fetch, is_mlflow_uri
+from mice_exp.llm.records import StageOutput
 
 SPLIT = "gate"  # the split name of the gate's records (the feature view ignores it)
 
@@ -237,33 +237,26 @@ class Gate:
         return answers  # type: ignore[return-value]
 
     def _run(self, examples: dict[int, Any], prompts: dict[int, Any]) -> tuple[list[dict], np.ndarray]:
-        """Generate in the stage's batch order, build the feature rows, score them; rows in index order."""
+        """Generate with the LLM stage's own batch loop, build the feature rows, score them; rows in index order."""
         from mice_exp.features import build_features
-        from mice_exp.llm.capture import generate_batch
-        from mice_exp.llm.stage import _record, _shard_arrays, load_records  # TODO: make the first two public
+        from mice_exp.llm.stage import batches, run_batch
 
         llm = self.llm()
-        order = sorted(prompts, key=lambda i: (len(prompts[i].ids), i))  # as the LLM stage batches
-        size, new = int(self.llm_cfg["batch_size"]), int(self.llm_cfg["max_new_tokens"])
         tick = time.perf_counter()
-        bar = tqdm(total=len(order), desc=f"gate {llm.name}", unit="query", leave=False)
-        with tempfile.TemporaryDirectory(prefix="mice-gate-stage-") as tmp:
-            stage = Path(tmp)
-            for n, lo in enumerate(range(0, len(order), size)):
-                batch = order[lo:lo + size]
-                gens = generate_batch(llm, [prompts[i].ids for i in batch], new)
-                lens_text = [llm.tokenizer.batch_decode(g.lens_ids.tolist(), skip_special_tokens=True,
-                                                        clean_up_tokenization_spaces=False) for g in gens]
-                write_npz(stage / f"shard-{n:05d}.npz", _shard_arrays(gens, False))
-                write_jsonl(stage / f"shard-{n:05d}.jsonl",
-                            [_record(examples[i], SPLIT, prompts[i], g, t) for i, g, t in zip(batch, gens, lens_text)])
-                bar.update(len(batch))
-            bar.close()
-            write_json(stage / "done.json", {"n_layers": llm.n_layers, "hidden_size": llm.hidden_size})
-            self.timing["generate_s"] = time.perf_counter() - tick
-            tick = time.perf_counter()
-            fs = build_features(self.spec["features"], stage, stage / "features", seed=int(self.spec["seed"]))
-            records = load_records(stage)
+        bar = tqdm(total=len(prompts), desc=f"gate {llm.name}", unit="query", leave=False)
+        records, arrays = [], []
+        for batch in batches(prompts, int(self.llm_cfg["batch_size"])):
+            rows, pooled = run_batch(llm, batch, examples, dict.fromkeys(batch, SPLIT), prompts,
+                                     int(self.llm_cfg["max_new_tokens"]))
+            records += rows
+            arrays.append(pooled)
+            bar.update(len(batch))
+        bar.close()
+        self.timing["generate_s"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        stage = StageOutput(records=records, info={"n_layers": llm.n_layers, "hidden_size": llm.hidden_size},
+                            key="gate", pooled={k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]})
+        fs = build_features(self.spec["features"], stage, None, seed=int(self.spec["seed"]))
         p = self.probabilities(fs)
         self.timing["features_s"] = time.perf_counter() - tick
         row = {r["id"]: n for n, r in enumerate(records)}

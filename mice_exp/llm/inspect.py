@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from mice_exp.errors import UserError
-from mice_exp.llm.stage import load_records, run_llm_stage
+from mice_exp.llm.records import read_stage
+from mice_exp.llm.stage import run_llm_stage
 from mice_exp.paths import paths_from
 
 
@@ -21,7 +22,7 @@ def _find(records: list[dict[str, Any]], target: str) -> dict[str, Any]:
 
 def layer_table(cfg: Mapping[str, Any], target: str, width: int = 160) -> str:
     """Layer number and decoded string for every layer, the final output last."""
-    record = _find(load_records(run_llm_stage(cfg, paths_from(cfg["paths"]))), target)
+    record = _find(read_stage(run_llm_stage(cfg, paths_from(cfg["paths"]))).records, target)
     strings = record["layer_strings"] + [record["text"]]
     lines = [f"example {record['id']} ({'correct' if record['label'] else 'incorrect'}, "
              f"raw confidence {record['raw_confidence']:.3f})", f"{'layer':>5}  string"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypeVar
 
 import logging
 
@@ -22,16 +22,18 @@ import numpy as np
 from filelock import FileLock
 from tqdm.auto import tqdm
 
-from mice_exp.cache import read_json_if, read_jsonl, read_npz, stable_hash, write_json, write_jsonl, write_npz
+from mice_exp.cache import read_json_if, stable_hash, write_json, write_jsonl, write_npz
 from mice_exp.data import Example, load_dataset
 from mice_exp.data.labels import is_correct
 from mice_exp.data.retrieval import SentenceEncoder, rank_demos
 from mice_exp.data.splits import assign_splits
 from mice_exp.llm.capture import Generation, generate_batch
 from mice_exp.llm.prompt import Prompt, build_prompt
+from mice_exp.llm.records import read_stage, summarise
 from mice_exp.llm.toolcall import content_mask, find_spans, parse_call
 from mice_exp.paths import Paths
 
+K = TypeVar("K")
 STAGE_VERSION = 1
 log = logging.getLogger(__name__)
 LLM_KEYS = ("source", "dtype", "batch_size", "max_new_tokens", "context_window", "store_token_states")
@@ -71,14 +73,16 @@ def stage_dir(cfg: Mapping[str, Any], paths: Paths, selection: Selection) -> tup
     return paths.llm / f"{cfg['llm']['name']}-{stable_hash(key)}", key
 
 
-def _record(example: Example, split: str, prompt: Prompt, gen: Generation, lens_text: list[str]) -> dict[str, Any]:
+def make_record(example: Example, split: str, prompt: Prompt, gen: Generation, lens_text: list[str]) -> dict[str, Any]:
+    """The stage's record of one call: generation, parsed call, label, confidences, layer strings."""
     call = parse_call(gen.text)
     mask = content_mask(gen.offsets, find_spans(gen.text))
     probs = gen.token_probs
     used = probs[mask] if any(mask) else probs  # unparseable: every generated token counts
     return {
         "id": example.id, "api": example.api, "split": split, "dataset": example.dataset,
-        "prompt_tokens": len(prompt.ids), "prompt_hash": stable_hash(prompt.ids), "n_demos": prompt.n_demos, "demos_dropped": prompt.dropped,
+        "prompt_tokens": len(prompt.ids), "prompt_hash": stable_hash(prompt.ids), "n_demos": prompt.n_demos,
+        "demos_dropped": prompt.dropped,
         "text": gen.text, "token_ids": gen.token_ids, "token_probs": probs.tolist(),
         "offsets": [list(o) for o in gen.offsets], "content_mask": mask,
         "raw_confidence": float(np.prod(used)) if len(used) else 1.0,
@@ -89,7 +93,8 @@ def _record(example: Example, split: str, prompt: Prompt, gen: Generation, lens_
     }
 
 
-def _shard_arrays(gens: Sequence[Generation], store_tokens: bool) -> dict[str, np.ndarray]:
+def shard_arrays(gens: Sequence[Generation], store_tokens: bool) -> dict[str, np.ndarray]:
+    """Per-call pooled states of a batch (and every token's states when asked)."""
     arrays = {
         "mean_pool": np.stack([g.states.mean(axis=0) for g in gens]).astype(np.float32),
         "last_token": np.stack([g.states[-1] for g in gens]).astype(np.float32),
@@ -99,6 +104,24 @@ def _shard_arrays(gens: Sequence[Generation], store_tokens: bool) -> dict[str, n
         arrays["token_states"] = np.concatenate([g.states for g in gens]).astype(np.float32)
         arrays["token_counts"] = np.array([len(g.states) for g in gens], dtype=np.int64)
     return arrays
+
+
+def batches(prompts: Mapping[K, Prompt], size: int) -> list[list[K]]:
+    """Fixed batches by (prompt length, key): similar lengths pad little, and a resumed run, a
+    re-run and the gate all batch (so pad, so round) exactly alike."""
+    order = sorted(prompts, key=lambda i: (len(prompts[i].ids), i))
+    return [order[lo:lo + size] for lo in range(0, len(order), size)]
+
+
+def run_batch(llm: Any, batch: Sequence[K], examples: Mapping[K, Example], splits: Mapping[K, str],
+              prompts: Mapping[K, Prompt], max_new_tokens: int,
+              store_tokens: bool = False) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """Generate one batch with capture: its records and pooled arrays (the stage's and the gate's loop)."""
+    gens = generate_batch(llm, [prompts[i].ids for i in batch], max_new_tokens)
+    lens_text = [llm.tokenizer.batch_decode(g.lens_ids.tolist(), skip_special_tokens=True,
+                                            clean_up_tokenization_spaces=False) for g in gens]
+    records = [make_record(examples[i], splits[i], prompts[i], g, t) for i, g, t in zip(batch, gens, lens_text)]
+    return records, shard_arrays(gens, store_tokens)
 
 
 def _demos(out: Path, cfg: Mapping[str, Any], examples: list[Example], k: int) -> dict[str, list[str]]:
@@ -139,46 +162,18 @@ def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Pa
     budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
     prompts = {i: build_prompt(examples[i], [examples[d] for d in demos[i]], llm.tokenizer, cfg["prompt"], budget)
                for i in tqdm(sorted(examples), desc="prompts", leave=False)}
-    order = sorted(examples, key=lambda i: (len(prompts[i].ids), i))
-    size = int(cfg["llm"]["batch_size"])
-    batches = [order[lo:lo + size] for lo in range(0, len(order), size)]
-    width = max(5, len(str(len(batches))))
-    todo = [(n, b) for n, b in enumerate(batches) if not (out / f"shard-{n:0{width}d}.jsonl").exists()]
-    bar = tqdm(total=len(order), initial=len(order) - sum(len(b) for _, b in todo), desc=f"LLM {llm.name}", unit="ex")
+    fixed = batches(prompts, int(cfg["llm"]["batch_size"]))
+    width = max(5, len(str(len(fixed))))
+    todo = [(n, b) for n, b in enumerate(fixed) if not (out / f"shard-{n:0{width}d}.jsonl").exists()]
+    bar = tqdm(total=len(prompts), initial=len(prompts) - sum(len(b) for _, b in todo), desc=f"LLM {llm.name}",
+               unit="ex")
     for n, batch in todo:
-        gens = generate_batch(llm, [prompts[i].ids for i in batch], int(cfg["llm"]["max_new_tokens"]))
-        lens_text = [llm.tokenizer.batch_decode(g.lens_ids.tolist(), skip_special_tokens=True,
-                                                clean_up_tokenization_spaces=False) for g in gens]
+        records, arrays = run_batch(llm, batch, examples, selection.splits, prompts, int(cfg["llm"]["max_new_tokens"]),
+                                    bool(cfg["llm"].get("store_token_states")))
         name = f"shard-{n:0{width}d}"
-        write_npz(out / f"{name}.npz", _shard_arrays(gens, bool(cfg["llm"].get("store_token_states"))))
-        write_jsonl(out / f"{name}.jsonl", [_record(examples[i], selection.splits[i], prompts[i], g, t)
-                                            for i, g, t in zip(batch, gens, lens_text)])
+        write_npz(out / f"{name}.npz", arrays)
+        write_jsonl(out / f"{name}.jsonl", records)
         bar.update(len(batch))
     bar.close()
-    records = load_records(out)
-    labels = [r["label"] for r in records]
-    write_json(out / "done.json", {
-        "examples": len(records), "correct": int(sum(labels)), "accuracy": float(np.mean(labels)),
-        "parse_errors": sum(r["parse_error"] is not None for r in records),
-        "prompts_with_dropped_demos": sum(r["demos_dropped"] > 0 for r in records),
-        "n_layers": llm.n_layers, "hidden_size": llm.hidden_size,
-    })
-
-
-def _shards(out: Path) -> list[Path]:
-    return sorted(out.glob("shard-*.jsonl"))
-
-
-def load_records(out: Path) -> list[dict[str, Any]]:
-    """All records of a finished (or partial) stage, in shard order."""
-    return [row for path in _shards(out) for row in read_jsonl(path)]
-
-
-def load_arrays(out: Path, name: str) -> np.ndarray:
-    """One pooled array ("mean_pool", "last_token", "first_token") aligned with :func:`load_records`."""
-    return np.concatenate([read_npz(path.with_suffix(".npz"))[name] for path in _shards(out)])
-
-
-def summary(out: Path) -> dict[str, Any]:
-    return read_json_if(out / "done.json") or {}
-
+    write_json(out / "done.json", summarise(read_stage(out).records)
+               | {"n_layers": llm.n_layers, "hidden_size": llm.hidden_size})

@@ -10,9 +10,10 @@ same value share the style (Table 1 bolds five 0.356 and underlines the 0.351 be
 smECE is better lower, every utility higher.
 
 Marks follow Table 1: ``*`` significantly better than HRE, ``†`` than NWKR. A run logs
-p-values ``pvalue_<m>_vs_<ref>`` against the reference rows it trained itself, whatever the
-direction of the difference; a mark needs p < 0.05 *and* the run's value better than the same
-run's ``baseline.<ref>.<m>``.
+p-values ``pvalue_<m>_vs_<ref>`` against the reference rows it trained itself (always in-domain,
+holdout, even in a leave-one-API-out run), whatever the direction of the difference; a mark
+needs p < 0.05 *and* the run's value better than its ``baseline.<ref>.<m>`` and than the
+reference row the table displays.
 """
 
 from __future__ import annotations
@@ -100,13 +101,21 @@ def rank_styles(values: Sequence[float | None], lower_is_better: bool, decimals:
     return [styles.get(v, "") if v is not None else "" for v in printed]
 
 
-def significance_marks(metrics: Mapping[str, float], metric: str) -> str:
-    """``*`` / ``†`` for a run better than its HRE / NWKR with p < 0.05 (see module docstring)."""
+def significance_marks(metrics: Mapping[str, float], metric: str,
+                       displayed: Mapping[str, float] | None = None) -> str:
+    """``*`` / ``†`` for a run better than HRE / NWKR with p < 0.05 (see module docstring).
+
+    ``displayed``: the metrics of the run whose reference rows the table shows; a mark also needs
+    the run to beat those displayed values, so no mark ever sits next to a better baseline.
+    """
     out = ""
     value = metrics.get(metric)
     for ref, mark in MARKS.items():
         p = metrics.get(f"pvalue_{metric}_vs_{ref}")
         reference = metrics.get(f"baseline.{ref}.{metric}")
+        shown = (displayed or metrics).get(f"baseline.{ref}.{metric}", reference)
+        if _finite(shown) and _finite(value) and not better(value, shown, metric):
+            continue
         if _finite(p) and _finite(value) and _finite(reference) and p < ALPHA and better(value, reference, metric):
             out += mark
     return out
@@ -226,7 +235,7 @@ def table1_block(records: Sequence[RunRecord], features: str | None = None,
             continue
         name = names.get(record.estimator, record.estimator)
         label = f"{name} {ZEROSHOT}" if record.protocol == "loao" else name
-        marks = {m: significance_marks(record.metrics, m) for m in METRICS}
+        marks = {m: significance_marks(record.metrics, m, source.metrics if source else None) for m in METRICS}
         rows.append((_row_rank(record.protocol, record.estimator),
                      _row(TABLE1, record, label, record.estimator, record.protocol, "run", record.metrics, marks)))
         present.add((record.estimator, record.protocol))

@@ -1,0 +1,138 @@
+"""The LLM stage's output as the rest of the pipeline sees it: records, a summary, optional arrays.
+
+Torch-free on purpose: feature views, protocols, the report and the gate read the stage through
+this module, whether it comes from a stage cache folder (``shard-NNNNN.jsonl`` + ``.npz``) or from
+a published records file (``experiments/records/<dataset>-<llm>.jsonl.gz``: a header line, then
+one record per call, no activations), so every table can be rebuilt without loading an LLM.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from mice_exp.cache import file_sha256, read_json_if, read_jsonl, read_npz
+from mice_exp.errors import UserError
+
+FORMAT = "mice_exp.records"
+FORMAT_VERSION = 1
+ARRAYS = ("first_token", "last_token", "mean_pool")  # per-record [L, d] states the stage pools
+# What a published record keeps: everything a feature view, protocol or report reads; offsets and
+# lens token ids are re-derivable and large, activations far too large.
+PUBLISHED = ("id", "api", "split", "dataset", "prompt_hash", "prompt_tokens", "n_demos", "demos_dropped", "text",
+             "token_ids", "token_probs", "content_mask", "raw_confidence", "min_probability", "pred_api",
+             "pred_args", "parse_error", "label", "layer_strings")
+REQUIRED = ("id", "api", "split", "label", "raw_confidence", "text", "layer_strings")
+
+
+@dataclass
+class StageOutput:
+    """Records of one LLM stage (one per call, in a fixed order) and where they came from.
+
+    ``key`` names the output for downstream caches (the stage folder's name, or the records
+    file's content hash); arrays come from ``folder`` (a stage cache) or ``pooled`` (in memory, as
+    the gate holds them); a records file has neither.
+    """
+
+    records: list[dict[str, Any]]
+    info: dict[str, Any]
+    key: str
+    folder: Path | None = None
+    pooled: dict[str, np.ndarray] | None = None
+    sources: dict[str, list[Any]] = field(default_factory=dict)  # per-record values stored with the records
+
+    @property
+    def ids(self) -> list[str]:
+        return [r["id"] for r in self.records]
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.info["n_layers"])
+
+    def arrays(self, name: str) -> np.ndarray:
+        """A pooled array [N, L, d] aligned with the records (stage caches only)."""
+        if name not in ARRAYS:
+            raise UserError(f"LLM-stage array {name!r}; expected one of {', '.join(ARRAYS)}")
+        if self.pooled is not None:
+            return self.pooled[name]
+        if self.folder is None:
+            raise UserError(f"{name} hidden states are not in a records file ({self.key}); run the LLM stage "
+                            "(drop llm.records) for views and estimators that read activations")
+        return np.concatenate([read_npz(path.with_suffix(".npz"))[name] for path in shards(self.folder)])
+
+
+def shards(folder: Path) -> list[Path]:
+    """The record shards of a stage cache folder, in batch order."""
+    return sorted(folder.glob("shard-*.jsonl"))
+
+
+def read_stage(folder: Path) -> StageOutput:
+    """The records of a (finished or partial) stage cache folder."""
+    records = [row for path in shards(folder) for row in read_jsonl(path)]
+    return StageOutput(records=records, info=read_json_if(folder / "done.json") or {}, key=folder.name, folder=folder)
+
+
+def summarise(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Counts a run prints and logs about its LLM stage."""
+    labels = [r["label"] for r in records]
+    return {"examples": len(records), "correct": int(sum(labels)), "accuracy": float(np.mean(labels)),
+            "parse_errors": sum(r.get("parse_error") is not None for r in records),
+            "prompts_with_dropped_demos": sum(r.get("demos_dropped", 0) > 0 for r in records)}
+
+
+def publishable(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a stage record that a records file keeps."""
+    return {k: record[k] for k in PUBLISHED if k in record}
+
+
+def write_records_file(path: Path, header: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> None:
+    """Write a gzipped records file: the header (what produced it) then one record per line.
+
+    gzip's mtime and file name are left out so the same records give the same bytes (a clean diff in git).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"format": FORMAT, "version": FORMAT_VERSION, **header}, sort_keys=True)]
+    lines += [json.dumps(dict(r), sort_keys=True, ensure_ascii=False) for r in records]
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as handle:
+        handle.write(("\n".join(lines) + "\n").encode("utf-8"))
+    tmp.replace(path)
+
+
+def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[str] = ()) -> StageOutput:
+    """A published records file as a stage output; every problem is one line naming the file.
+
+    ``dataset``: the data set the run expects; ``needs``: record fields the requested view reads.
+    """
+    if not path.is_file():
+        raise UserError(f"llm.records={path}: no such file; expected a records file such as "
+                        "experiments/records/ste-smollm2_135m.jsonl.gz")
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            lines = [line for line in handle if line.strip()]
+        header, records = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError, IndexError) as error:
+        raise UserError(f"llm.records={path}: unreadable or truncated ({error.__class__.__name__}); "
+                        "expected a gzipped JSON-lines records file written by `mice-exp records`") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise UserError(f"llm.records={path}: not a mice_exp records file (its first line has no "
+                        f"\"format\": \"{FORMAT}\")")
+    if len(records) != header.get("examples"):
+        raise UserError(f"llm.records={path}: {len(records)} records but its header says {header.get('examples')}; "
+                        "the file is truncated")
+    if dataset is not None and header.get("dataset") != dataset:
+        raise UserError(f"llm.records={path} holds {header.get('dataset')!r} calls; this run's dataset is "
+                        f"{dataset!r} (expected a records file of the same data set)")
+    for name in (*REQUIRED, *needs):
+        missing = sum(name not in r for r in records)
+        if missing:
+            raise UserError(f"llm.records={path}: {missing} records lack {name!r}, which this run needs")
+    sources = {name: [r.get("sources", {}).get(name) for r in records] for name in header.get("sources", [])}
+    info = {k: header[k] for k in ("n_layers", "hidden_size", "llm", "dataset") if k in header} | summarise(records)
+    return StageOutput(records=records, info=info, key=f"records-{file_sha256(path)[:16]}", sources=sources)

@@ -1,0 +1,105 @@
+"""Published records files: written from a stage cache, read back without an LLM, refused clearly when bad."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mice_exp.errors import UserError
+from mice_exp.features import build_features
+from mice_exp.llm.publish import publish_records
+from mice_exp.llm.records import read_records_file, read_stage
+from mice_exp.llm.stage import run_llm_stage
+from mice_exp.paths import PACKAGE_ROOT, Paths
+from tests.test_llm_stage import tiny_cfg
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory, tiny_llm):
+    """A tiny stage cache and the records file published from it."""
+    tmp = tmp_path_factory.mktemp("records")
+    cfg = tiny_cfg() | {"paths": {"root": str(PACKAGE_ROOT), "cache": str(tmp / "cache")}}
+    out = run_llm_stage(cfg, Paths(root=PACKAGE_ROOT, cache=tmp / "cache"), llm=tiny_llm)
+    return out, publish_records(cfg, tmp / "ste-tiny.jsonl.gz")
+
+
+def test_a_records_file_holds_the_stage_records_without_activations(published):
+    out, path = published
+    stage, file = read_stage(out), read_records_file(path, dataset="ste")
+    assert file.ids == stage.ids
+    assert [r["label"] for r in file.records] == [r["label"] for r in stage.records]
+    assert [r["layer_strings"] for r in file.records] == [r["layer_strings"] for r in stage.records]
+    assert file.info["accuracy"] == stage.info["accuracy"] and file.n_layers == stage.n_layers
+    assert all("lens_ids" not in r and "offsets" not in r for r in file.records)
+    with pytest.raises(UserError, match="not in a records file"):
+        file.arrays("mean_pool")
+
+
+def test_the_same_records_give_the_same_bytes(published, tmp_path):
+    out, path = published
+    cfg = tiny_cfg() | {"paths": {"root": str(PACKAGE_ROOT), "cache": str(out.parents[1])}}
+    again = publish_records(cfg, tmp_path / "again.jsonl.gz")
+    assert again.read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize("view", ["conf_only", "bertscore"])
+def test_features_from_the_file_equal_features_from_the_cache(published, tmp_path, view):
+    from mice_exp.commands import compose_config
+    from mice_exp.run import as_plain
+
+    out, path = published
+    features = as_plain(compose_config(["llm=tiny_random", f"features={view}"]))["features"]
+    from_cache = build_features(features, read_stage(out), tmp_path / "a")
+    from_file = build_features(features, read_records_file(path), tmp_path / "b")
+    assert from_file.columns == from_cache.columns
+    np.testing.assert_array_equal(from_file.X, from_cache.X)  # same strings, same encoder: same scores
+    np.testing.assert_array_equal(from_file.labels, from_cache.labels)
+
+
+def _rewrite(path: Path, target: Path, edit) -> Path:
+    with gzip.open(path, "rt") as handle:
+        lines = handle.read().splitlines()
+    with gzip.open(target, "wt") as handle:
+        handle.write("\n".join(edit(lines)) + "\n")
+    return target
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda p, t: t, "no such file"),
+    (lambda p, t: (t.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), t)[1], "truncated"),
+    (lambda p, t: _rewrite(p, t, lambda lines: lines[:-1]), "truncated"),
+    (lambda p, t: _rewrite(p, t, lambda lines: [json.dumps({"hello": 1})] + lines[1:]), "not a mice_exp records file"),
+    (lambda p, t: _rewrite(p, t, lambda lines: [json.dumps(json.loads(lines[0]) | {"dataset": "bfcl"})] + lines[1:]),
+     "holds 'bfcl' calls"),
+    (lambda p, t: _rewrite(p, t, lambda lines: lines[:1] + [json.dumps({k: v for k, v in json.loads(x).items()
+                                                                        if k != "layer_strings"}) for x in lines[1:]]),
+     "lack 'layer_strings'"),
+])
+def test_a_bad_records_file_is_one_line_naming_it(published, tmp_path, damage, message):
+    bad = damage(published[1], tmp_path / "bad.jsonl.gz")
+    with pytest.raises(UserError, match=message) as error:
+        read_records_file(bad, dataset="ste")
+    assert "\n" not in str(error.value) and str(bad) in str(error.value)
+
+
+def test_a_run_from_records_loads_no_llm(published, tmp_path):
+    """llm.records=... runs the estimation stage with neither torch nor transformers imported."""
+    script = (
+        "import sys\n"
+        "from mice_exp.commands import compose_config\n"
+        "from mice_exp.run import run\n"
+        f"out = run(compose_config(['llm=tiny_random', 'llm.records={published[1]}', 'features=conf_only',\n"
+        f"    'estimator=mice_lr', 'tracking.enabled=false', 'permutations=0', 'gate.save=false',\n"
+        f"    'paths.cache={tmp_path}']))\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'an LLM library was imported'\n"
+        "print(out['llm_examples'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=PACKAGE_ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "6"
