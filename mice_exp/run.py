@@ -10,21 +10,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from mice_exp.compose import as_plain
 from mice_exp.errors import UserError
 from mice_exp.llm.stage import load_records, run_llm_stage, summary
 from mice_exp.paths import Paths, paths_from
 from mice_exp.report.sweeps import CONFIG_HASH_TAG, config_hash, finished_run_with_config
 
 STAGES = ("llm", "all")
-
-
-def as_plain(cfg: DictConfig | dict) -> dict[str, Any]:
-    """Resolve interpolations (failing on missing values) into plain containers."""
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    return cfg
 
 
 def label_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -79,13 +73,14 @@ def _log_outputs(tracker, rows, fs, cfg: dict[str, Any]) -> None:
 def _diagnose_field(cfg: dict[str, Any], estimator, fs, tracker) -> dict[str, float]:
     """Where the base estimator is over- or underconfident on test (Kobalczyk & van der Schaar, Fig. 4-6)."""
     from mice_exp.protocols import inputs
+    from mice_exp.report.figures import region_reliability
 
     test = fs.rows("test")
     X = inputs(estimator, fs, cfg["estimator"].get("source", "raw"))[test]
     options = cfg["estimator"].get("diagnostics") or {}
     diagnosis = estimator.diagnose(X, fs.labels[test], eps=float(options.get("eps", 0.05)),
                                    min_region=int(options.get("min_region", 30)))
-    for region, figure in diagnosis.figures.items():
+    for region, figure in region_reliability(estimator.base_confidence(X), fs.labels[test], diagnosis.regions).items():
         tracker.log_figure(figure, f"figures/field/reliability_{region}.png")
     over, under = diagnosis.metrics["frac_over"], diagnosis.metrics["frac_under"]
     print(f"\nmiscalibration field on test: {over:.0%} overconfident, {under:.0%} underconfident, "

@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 import mice_exp.llm.stage as stage
-from mice_exp.commands import compose_config
+from mice_exp.compose import as_plain, compose_config
 from mice_exp.llm.stage import load_arrays, load_records, run_llm_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
-from mice_exp.run import as_plain
 
 FIXTURE = PACKAGE_ROOT / "tests" / "fixtures" / "ste_tiny.json"
 

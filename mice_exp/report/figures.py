@@ -95,6 +95,16 @@ def reliability_diagram(
     return fig
 
 
+def region_reliability(p: ArrayLike, y: ArrayLike, regions: Mapping[str, np.ndarray],
+                       num_bootstrap: int = 100) -> dict[str, Figure]:
+    """One reliability diagram of ``p`` per miscalibration region (a boolean mask over the rows),
+    titled with its size: where a global diagram averages opposite errors away (regimes, Fig. 5)."""
+    p, y = np.asarray(p, dtype=float), np.asarray(y).astype(int)
+    return {region: reliability_diagram(p[mask], y[mask], f"{region} (n={mask.sum()}, {mask.mean():.0%} of test)",
+                                        num_bootstrap=num_bootstrap)
+            for region, mask in regions.items()}
+
+
 # --------------------------------------------------------------------------- ETCU (Figure 4)
 
 
