@@ -7,7 +7,7 @@ HRE, NWKR), so each run is a self-contained table and permutation tests have par
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 from hydra.utils import instantiate
@@ -15,11 +15,13 @@ from joblib import Parallel, delayed
 from omegaconf import OmegaConf
 
 from mice_exp.errors import UserError
-from mice_exp.features import FeatureSet
 from mice_exp.metrics import PAPER_RISKS, Risk, evaluate, permutation_test
 from mice_exp.metrics.utility import auc_etcu, etcu
 from mice_exp.paths import project_root
 from mice_exp.protocols import get_protocol
+
+if TYPE_CHECKING:  # the feature views read the LLM stage's cache; estimation only needs the type
+    from mice_exp.features import FeatureSet
 
 TABLE_METRICS = ("smece", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu")
 MARKS = {"hre": "*", "nwkr": "†"}  # MICE Table 1: significance against HRE and NWKR

@@ -7,6 +7,8 @@ another order; a stray torch import makes every estimator fit pay seconds of sta
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import mice_exp
@@ -97,3 +99,27 @@ def test_relative_and_submodule_imports_are_resolved():
 def test_the_package_has_no_import_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+#: The estimation side and the report: everything after the LLM stage's records.
+LIGHT = ["mice_exp.metrics", "mice_exp.estimators", "mice_exp.protocols", "mice_exp.protocols.sample_efficiency",
+         "mice_exp.estimation", "mice_exp.report", "mice_exp.report.command"]
+
+
+def loaded_after_import(modules: list[str]) -> set[str]:
+    """The top-level packages a fresh interpreter holds after importing `modules`."""
+    code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint(' '.join(sorted({{n.split('.')[0] for n in sys.modules}})))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
+    return set(out.stdout.split())
+
+
+def test_estimation_side_imports_without_torch():
+    loaded = loaded_after_import(LIGHT)
+    assert "torch" not in loaded
+    assert "transformers" not in loaded
+
+
+def test_estimators_import_without_matplotlib():
+    loaded = loaded_after_import(["mice_exp.estimators"])
+    assert "matplotlib" not in loaded
+    assert "torch" not in loaded

@@ -6,13 +6,15 @@ way to build a fresh estimator, and returns test-row predictions.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 from sklearn.base import clone
 
 from mice_exp.errors import UserError
-from mice_exp.features import FeatureSet
+
+if TYPE_CHECKING:  # the feature views read the LLM stage's cache; estimation only needs the type
+    from mice_exp.features import FeatureSet
 
 PROTOCOLS = ("holdout", "loao", "sample_efficiency")
 
