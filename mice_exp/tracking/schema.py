@@ -31,9 +31,7 @@ def baseline_key(estimator: str, metric: str) -> str:
 
 def parse_baseline_key(name: str) -> tuple[str, str] | None:
     """(estimator, metric) of a :func:`baseline_key`, or None for any other metric name."""
-    prefix, _, rest = name.partition(".")
-    estimator, _, metric = rest.partition(".")
-    return (estimator, metric) if prefix == BASELINE and estimator and metric else None
+    return _per_estimator(BASELINE, name)
 
 
 def pvalue_key(metric: str, reference: str) -> str:
@@ -53,9 +51,14 @@ def action_belief_key(estimator: str, statistic: str) -> str:
 
 def parse_action_belief_key(name: str) -> tuple[str, str] | None:
     """(estimator, statistic) of an :func:`action_belief_key`, or None."""
-    prefix, _, rest = name.partition(".")
-    estimator, _, statistic = rest.partition(".")
-    return (estimator, statistic) if prefix == ACTION_BELIEF and estimator and statistic else None
+    return _per_estimator(ACTION_BELIEF, name)
+
+
+def _per_estimator(prefix: str, name: str) -> tuple[str, str] | None:
+    """(estimator, rest) of a ``<prefix>.<estimator>.<rest>`` metric name, or None."""
+    head, _, tail = name.partition(".")
+    estimator, _, rest = tail.partition(".")
+    return (estimator, rest) if head == prefix and estimator and rest else None
 
 
 def agent_key(statistic: str) -> str:
