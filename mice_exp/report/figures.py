@@ -298,12 +298,3 @@ def layer_score_distributions(
         ax.legend([h for h, _ in handles], [t for _, t in handles], loc="upper left", fontsize="small")
     return fig
 
-
-def count_boxes(fig: Figure) -> dict[str, int]:
-    """Boxes per group in a :func:`layer_score_distributions` figure (for tests and checks)."""
-    counts: dict[str, int] = {}
-    for patch in fig.axes[0].patches:
-        gid = patch.get_gid() or ""
-        if gid.startswith("box:"):
-            counts[gid[4:]] = counts.get(gid[4:], 0) + 1
-    return counts
