@@ -15,10 +15,9 @@ import time
 
 import numpy as np
 
-from mice_exp.commands import compose_config
+from mice_exp.compose import as_plain, compose_config
 from mice_exp.estimation import run_estimators
 from mice_exp.features import FeatureSet
-from mice_exp.run import as_plain
 
 
 def synthetic_bertscore_view(n_apis: int = 50, per_api: tuple[int, int, int] = (8, 3, 4), layers: int = 29,

@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mice_exp.regimes import SyntheticData, diagnose, preset, sinusoidal, three_clusters
+from mice_exp.estimators.field import regime_predictions
+from mice_exp.regimes import SyntheticData, preset, regime_metrics, sinusoidal, three_clusters
 
 DATASETS: dict[str, Callable[[int, int], SyntheticData]] = {
     "three_clusters": lambda n, seed: three_clusters(n=n, seed=seed),
@@ -34,7 +35,7 @@ def run(name: str, data: SyntheticData, lr: float, threads: int, progress: bool)
     start = time.perf_counter()
     model.fit(data.train.x, data.train.f, data.train.y, data.val.x, data.val.f, data.val.y)
     grid_seconds = time.perf_counter() - start
-    diagnosis = diagnose(model, data.train, data.test, figures=False).metrics
+    diagnosis = regime_metrics(model.field(data.test.x), data.test.y, regime_predictions(model, data.train, data.test))
     seconds = np.array([h["seconds"] for h in model.history_])
     epochs = np.array([h["epochs"] for h in model.history_])
     selected = next(h for h in model.history_ if (h["sigma"], h["lambda"]) == (model.sigma_, model.lambda_))

@@ -5,23 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
-
+from mice_exp.compose import as_plain, compose_config
 from mice_exp.errors import UserError
-from mice_exp.paths import project_root
-
-
-def compose_config(overrides: Sequence[str]) -> DictConfig:
-    """The config the Hydra app would see for these overrides."""
-    with initialize_config_dir(config_dir=str(project_root() / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def inspect(argv: Sequence[str]) -> None:
     """``mice-exp inspect EXAMPLE [overrides]``: per-layer logit-lens strings of one example (MICE Figure 2)."""
     from mice_exp.llm.inspect import layer_table
-    from mice_exp.run import as_plain
 
     targets = [a for a in argv if "=" not in a]
     if len(targets) != 1:
@@ -46,7 +36,6 @@ def gate(argv: Sequence[str]) -> None:
 def records(argv: Sequence[str]) -> None:
     """``mice-exp records [output=FILE] [overrides]``: publish the configured LLM stage as a records file."""
     from mice_exp.llm.publish import publish_records
-    from mice_exp.run import as_plain
 
     outputs = [a.split("=", 1)[1] for a in argv if a.startswith("output=")]
     cfg = as_plain(compose_config([a for a in argv if not a.startswith("output=")]))

@@ -7,7 +7,7 @@ HRE, NWKR), so each run is a self-contained table and permutation tests have par
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 from hydra.utils import instantiate
@@ -15,14 +15,14 @@ from joblib import Parallel, delayed
 from omegaconf import OmegaConf
 
 from mice_exp.errors import UserError
-from mice_exp.features import FeatureSet
 from mice_exp.metrics import PAPER_RISKS, Risk, evaluate, permutation_test
 from mice_exp.metrics.utility import auc_etcu, etcu
 from mice_exp.paths import project_root
 from mice_exp.protocols import get_protocol
+from mice_exp.tracking.schema import MARKS, TABLE_METRICS, action_belief_key, agent_key, pvalue_key
 
-TABLE_METRICS = ("smece", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu")
-MARKS = {"hre": "*", "nwkr": "†"}  # MICE Table 1: significance against HRE and NWKR
+if TYPE_CHECKING:  # the feature views read the LLM stage's cache; estimation only needs the type
+    from mice_exp.features import FeatureSet
 
 
 @dataclass
@@ -101,7 +101,7 @@ def run_estimators(cfg: Mapping[str, Any], fs: FeatureSet) -> list[Row]:
                                   n_permutations=int(cfg["permutations"]), seed=int(cfg["seed"]))
         for ref, metric in pairs)
     for (ref, metric), test in zip(pairs, tests):
-        main.metrics[f"pvalue_{metric}_vs_{ref}"] = test.p_value
+        main.metrics[pvalue_key(metric, ref)] = test.p_value
         if test.p_value < 0.05 and test.difference > 0:
             main.marks[metric] = main.marks.get(metric, "") + MARKS[ref]
     return rows
@@ -134,16 +134,16 @@ def action_belief(rows: list[Row], acted: np.ndarray, y: np.ndarray) -> tuple[st
     MBR decision at the three paper risks, and the utility of the agent's own choices (Pal et al.)."""
     from mice_exp.metrics.action_belief import action_belief_consistency, decision_agreement
 
-    metrics = {f"agent.etcu_{name}": etcu(acted.astype(float), y, risk) for name, risk in PAPER_RISKS.items()}
-    metrics["agent.act_rate"] = float(acted.mean())
+    metrics = {agent_key(f"etcu_{name}"): etcu(acted.astype(float), y, risk) for name, risk in PAPER_RISKS.items()}
+    metrics[agent_key("act_rate")] = float(acted.mean())
     head = f"{'Confidence':<28}{'Spearman':>10}{'agree L':>9}{'agree M':>9}{'agree H':>9}"
     lines = [f"Action-belief consistency (agent acts on {acted.mean():.0%} of test calls; its own utility "
-             + " / ".join(f"{metrics[f'agent.etcu_{n}']:.3f}" for n in PAPER_RISKS) + " at low / medium / high)",
+             + " / ".join(f"{metrics[agent_key(f'etcu_{n}')]:.3f}" for n in PAPER_RISKS) + " at low / medium / high)",
              head, "-" * len(head)]
     for row in rows:
         rho = action_belief_consistency(row.p, acted)
         agree = {name: decision_agreement(row.p, acted, risk) for name, risk in PAPER_RISKS.items()}
-        metrics |= {f"action_belief.{row.key}.spearman": rho}
-        metrics |= {f"action_belief.{row.key}.agree_{n}": v for n, v in agree.items()}
+        metrics |= {action_belief_key(row.key, "spearman"): rho}
+        metrics |= {action_belief_key(row.key, f"agree_{n}"): v for n, v in agree.items()}
         lines.append(f"{row.name:<28}{rho:>10.3f}" + "".join(f"{agree[n]:>9.3f}" for n in PAPER_RISKS))
     return "\n".join(lines), metrics

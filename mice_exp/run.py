@@ -10,21 +10,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from mice_exp.compose import as_plain
 from mice_exp.errors import UserError
 from mice_exp.llm.records import StageOutput, read_records_file, read_stage
 from mice_exp.paths import Paths, paths_from
-from mice_exp.report.sweeps import CONFIG_HASH_TAG, config_hash, finished_run_with_config
+from mice_exp.tracking import schema
+from mice_exp.tracking.sweeps import config_hash, finished_run_with_config
 
 STAGES = ("llm", "all")
-
-
-def as_plain(cfg: DictConfig | dict) -> dict[str, Any]:
-    """Resolve interpolations (failing on missing values) into plain containers."""
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    return cfg
 
 
 def label_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -57,41 +52,42 @@ def _log_outputs(tracker, rows, fs, cfg: dict[str, Any]) -> None:
     y = fs.labels[test]
     frame = pd.DataFrame({"id": np.array(fs.ids)[test], "api": fs.apis[test], "label": y})
     for row in rows:
-        frame[f"p_{row.key}"] = row.p
-    tracker.log_table(frame, "predictions.csv")
+        frame[schema.prediction_column(row.key)] = row.p
+    tracker.log_table(frame, schema.PREDICTIONS)
     main = rows[-1]
-    tracker.log_figure(figures.reliability_diagram(main.p, y, title=main.name), "figures/reliability.png")
+    tracker.log_figure(figures.reliability_diagram(main.p, y, title=main.name), schema.RELIABILITY_FIGURE)
     curves = {row.name: etcu_curve(row.p, y, TAU_GRID) for row in rows}
     policies = {name: etcu_curve(policy(y), y, TAU_GRID) for name, policy in TRIVIAL_POLICIES.items()}
     tracker.log_figure(figures.etcu_curves(curves, TAU_GRID, policies, title=cfg["llm"]["display"]),
-                       "figures/etcu_curve.png")
+                       schema.ETCU_FIGURE)
     weights = feature_weights(main, fs.columns)
     if weights is not None:
         tracker.log_figure(figures.feature_weights(fs.columns, weights[0], kind=weights[1], title=main.name),
-                           "figures/feature_weights.png")
+                           schema.FEATURE_WEIGHTS_FIGURE)
     if fs.layer_scores is not None:
         layers = list(range(1, fs.layer_scores.shape[1] + 1))
         tracker.log_figure(figures.layer_score_distributions(fs.layer_scores, fs.labels, layers,
                                                              title=cfg["llm"]["display"]),
-                           "figures/bertscore_by_layer.png")
+                           schema.LAYER_SCORES_FIGURE)
 
 
 def _diagnose_field(cfg: dict[str, Any], estimator, fs, tracker) -> dict[str, float]:
     """Where the base estimator is over- or underconfident on test (Kobalczyk & van der Schaar, Fig. 4-6)."""
     from mice_exp.protocols import inputs
+    from mice_exp.report.figures import region_reliability
 
     test = fs.rows("test")
     X = inputs(estimator, fs, cfg["estimator"].get("source", "raw"))[test]
     options = cfg["estimator"].get("diagnostics") or {}
     diagnosis = estimator.diagnose(X, fs.labels[test], eps=float(options.get("eps", 0.05)),
                                    min_region=int(options.get("min_region", 30)))
-    for region, figure in diagnosis.figures.items():
-        tracker.log_figure(figure, f"figures/field/reliability_{region}.png")
+    for region, figure in region_reliability(estimator.base_confidence(X), fs.labels[test], diagnosis.regions).items():
+        tracker.log_figure(figure, schema.field_region_figure(region))
     over, under = diagnosis.metrics["frac_over"], diagnosis.metrics["frac_under"]
     print(f"\nmiscalibration field on test: {over:.0%} overconfident, {under:.0%} underconfident, "
           f"worst-slice gap {diagnosis.metrics['worst_slice_gap']:.3f}; selected {estimator.selected()}")
-    return {f"field.{k}": v for k, v in diagnosis.metrics.items()} | {
-        f"field.{k}": v for k, v in estimator.selected().items()} | {"field.n_test": int(test.sum())}
+    return {schema.field_key(k): v for k, v in diagnosis.metrics.items()} | {
+        schema.field_key(k): v for k, v in estimator.selected().items()} | {schema.field_key("n_test"): int(test.sum())}
 
 
 def load_stage(cfg: dict[str, Any], paths: Paths) -> StageOutput:
@@ -136,8 +132,8 @@ def _sample_efficiency(cfg: dict[str, Any], fs, tracker) -> dict[str, Any]:
 
     table, figure = run_sample_efficiency(cfg["protocol"], fs, seed=int(cfg["seed"]), title=cfg["llm"]["display"])
     print("\n" + table.to_string())
-    tracker.log_table(table, "sample_efficiency.csv")
-    tracker.log_figure(figure, "figures/sample_efficiency.png")
+    tracker.log_table(table, schema.SAMPLE_EFFICIENCY_CSV)
+    tracker.log_figure(figure, schema.SAMPLE_EFFICIENCY_FIGURE)
     return {}
 
 
@@ -155,7 +151,7 @@ def _estimate(cfg: dict[str, Any], paths: Paths, stage: StageOutput, tracker) ->
                              f"{int(fs.rows('test').sum())} test examples)"))
     metrics = dict(rows[-1].metrics)
     for row in rows[:-1]:
-        metrics |= {f"baseline.{row.key}.{k}": v for k, v in row.metrics.items()}
+        metrics |= {schema.baseline_key(row.key, k): v for k, v in row.metrics.items()}
     if "acts" in sources:
         from mice_exp.estimation import action_belief
 
@@ -171,7 +167,7 @@ def _estimate(cfg: dict[str, Any], paths: Paths, stage: StageOutput, tracker) ->
     saved = save_run_gate(cfg, paths, stage, fs, rows[-1].estimator, tracker)
     if saved:
         print(f"gate saved: {saved.get('uri') or saved.get('folder')} (mice-exp gate model=... input=queries.jsonl)")
-    return metrics | {"objective": rows[-1].metrics["auc_etcu"]}
+    return metrics | {"objective": rows[-1].metrics[schema.OBJECTIVE]}
 
 
 def check_config(cfg: dict[str, Any]) -> None:
@@ -198,7 +194,7 @@ def check_config(cfg: dict[str, Any]) -> None:
 def finished_before(cfg: dict[str, Any], paths: Paths, sweep: str) -> str | None:
     """The id of a FINISHED MLflow run with the same resolved config, so a re-run or resumed sweep skips
     it; the run is tagged as reused by ``sweep``, so the sweep's report still finds it."""
-    from mice_exp.report.sweeps import mark_reused
+    from mice_exp.tracking.sweeps import mark_reused
     from mice_exp.tracking.store import ensure_experiment, is_enabled, open_client, tracking_uri
 
     if not is_enabled(cfg["tracking"]):
@@ -218,11 +214,9 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
     cfg = as_plain(cfg)
     check_config(cfg)
     paths = paths_from(cfg["paths"])
-    tags = {"llm": cfg["llm"]["name"], "dataset": cfg["dataset"]["name"], "features": cfg["features"]["name"],
-            "estimator": cfg["estimator"]["key"], "protocol": cfg["protocol"]["name"], "risk": cfg["risk"]["name"],
-            CONFIG_HASH_TAG: config_hash(cfg), **hydra_tags()}
-    in_sweep = "sweep" in tags  # only sweep jobs skip; a single run always runs
-    done = finished_before(cfg, paths, tags["sweep"]) if in_sweep and not cfg.get("force") else None
+    tags = {**schema.job_tags(cfg), schema.CONFIG_HASH_TAG: config_hash(cfg), **hydra_tags()}
+    in_sweep = schema.SWEEP_TAG in tags  # only sweep jobs skip; a single run always runs
+    done = finished_before(cfg, paths, tags[schema.SWEEP_TAG]) if in_sweep and not cfg.get("force") else None
     if done is not None:
         print(f"skipping: MLflow run {done} already FINISHED with this resolved config (force=true re-runs it)")
         return {"run_id": done, "skipped": True}

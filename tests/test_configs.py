@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from mice_exp.commands import compose_config
+from mice_exp.compose import compose_config
 from mice_exp.paths import PACKAGE_ROOT
 
 CONF = PACKAGE_ROOT / "conf"

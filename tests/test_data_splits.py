@@ -99,15 +99,15 @@ def test_select_apis() -> None:
 
 
 def test_loao_folds_are_disjoint_and_leave_one_api_out() -> None:
-    splits = assign_splits(EXAMPLES, STE_COUNTS, seed=0)
-    api_of = {e.id: e.api for e in EXAMPLES}
-    folds = loao_folds(EXAMPLES, splits)
-    assert [f.held_out for f in folds] == sorted({e.api for e in EXAMPLES})
-    all_train = {i for i, name in splits.items() if name == "train"}
+    by_id = assign_splits(EXAMPLES, STE_COUNTS, seed=0)
+    apis, splits = [e.api for e in EXAMPLES], [by_id[e.id] for e in EXAMPLES]
+    folds = loao_folds(apis, splits)
+    assert [f.held_out for f in folds] == sorted(set(apis))
+    all_train = {i for i, name in enumerate(splits) if name == "train"}
     for fold in folds:
         assert not set(fold.train) & set(fold.test)
-        assert all(api_of[i] != fold.held_out and splits[i] == "train" for i in fold.train)
-        assert all(api_of[i] == fold.held_out and splits[i] == "test" for i in fold.test)
-        assert set(fold.train) == {i for i in all_train if api_of[i] != fold.held_out}
+        assert all(apis[i] != fold.held_out and splits[i] == "train" for i in fold.train)
+        assert all(apis[i] == fold.held_out and splits[i] == "test" for i in fold.test)
+        assert set(fold.train) == {i for i in all_train if apis[i] != fold.held_out}
         size = sum(1 for e in EXAMPLES if e.api == fold.held_out)
         assert len(fold.test) == split_sizes(size, STE_COUNTS)["test"]

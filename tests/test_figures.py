@@ -13,7 +13,6 @@ from matplotlib.figure import Figure
 from mice_exp.report.figures import (
     BAR_COLOR,
     HIGHLIGHT_COLOR,
-    count_boxes,
     etcu_curves,
     feature_weights,
     layer_score_distributions,
@@ -21,6 +20,16 @@ from mice_exp.report.figures import (
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def count_boxes(fig: Figure) -> dict[str, int]:
+    """Boxes per group in a layer_score_distributions figure (each box carries the gid ``box:<group>``)."""
+    counts: dict[str, int] = {}
+    for patch in fig.axes[0].patches:
+        gid = patch.get_gid() or ""
+        if gid.startswith("box:"):
+            counts[gid[4:]] = counts.get(gid[4:], 0) + 1
+    return counts
 
 
 def png_bytes(fig: Figure) -> bytes:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mice_exp.cache import file_sha256, write_json
-from mice_exp.commands import compose_config
+from mice_exp.compose import as_plain, compose_config
 from mice_exp.errors import UserError
 from mice_exp.estimators import MiceLogisticRegression
 from mice_exp.features import build_features
@@ -23,7 +23,6 @@ from mice_exp.gate import Gate, parse_query, read_queries, read_spec, save_gate
 from mice_exp.llm.records import read_stage
 from mice_exp.llm.stage import run_llm_stage, select_examples
 from mice_exp.paths import PACKAGE_ROOT, Paths
-from mice_exp.run import as_plain
 
 FIXTURES = PACKAGE_ROOT / "tests" / "fixtures"
 STE_TINY = FIXTURES / "ste_tiny.json"

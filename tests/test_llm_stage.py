@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 
 import mice_exp.llm.stage as stage
-from mice_exp.commands import compose_config
+from mice_exp.compose import as_plain, compose_config
 from mice_exp.llm.records import read_stage
 from mice_exp.llm.stage import run_llm_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
-from mice_exp.run import as_plain
 
 FIXTURE = PACKAGE_ROOT / "tests" / "fixtures" / "ste_tiny.json"
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 from mlflow import MlflowClient
 
-from mice_exp.commands import compose_config
+from mice_exp.compose import compose_config
 from mice_exp.paths import PACKAGE_ROOT
 from mice_exp.run import run
 

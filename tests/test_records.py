@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mice_exp.compose import as_plain, compose_config
 from mice_exp.errors import UserError
 from mice_exp.features import build_features
 from mice_exp.llm.publish import publish_records
@@ -50,9 +51,6 @@ def test_the_same_records_give_the_same_bytes(published, tmp_path):
 
 @pytest.mark.parametrize("view", ["conf_only", "bertscore"])
 def test_features_from_the_file_equal_features_from_the_cache(published, tmp_path, view):
-    from mice_exp.commands import compose_config
-    from mice_exp.run import as_plain
-
     out, path = published
     features = as_plain(compose_config(["llm=tiny_random", f"features={view}"]))["features"]
     from_cache = build_features(features, read_stage(out), tmp_path / "a")
@@ -92,7 +90,7 @@ def test_a_run_from_records_loads_no_llm(published, tmp_path):
     """llm.records=... runs the estimation stage with neither torch nor transformers imported."""
     script = (
         "import sys\n"
-        "from mice_exp.commands import compose_config\n"
+        "from mice_exp.compose import compose_config\n"
         "from mice_exp.run import run\n"
         f"out = run(compose_config(['llm=tiny_random', 'llm.records={published[1]}', 'features=conf_only',\n"
         f"    'estimator=mice_lr', 'tracking.enabled=false', 'permutations=0', 'gate.save=false',\n"

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
 from mice_exp.errors import UserError
+from mice_exp.estimators.field import regime_predictions
 from mice_exp.regimes import (
     MiscalibrationField,
     Triples,
@@ -30,6 +31,7 @@ from mice_exp.regimes import (
     three_clusters,
 )
 from mice_exp.regimes.kernel import leave_one_out, smooth_against_bank
+from mice_exp.report.figures import region_reliability
 
 QUIET = {"progress": False, "num_threads": 1}
 #: Clusters are recovered from phi's first epochs at the paper's learning rate.
@@ -80,16 +82,21 @@ def test_three_clusters_hide_their_errors_from_the_global_reliability_diagram():
 # --------------------------------------------------------------------------- diagnostics
 
 
-def test_discovered_regimes_are_worse_calibrated_and_the_field_corrects_them(clusters, cluster_model, tmp_path):
-    result = diagnose(cluster_model, clusters.train, clusters.test, figures_dir=tmp_path)
+def test_discovered_regimes_are_worse_calibrated_and_the_field_corrects_them(clusters, cluster_model):
+    test = clusters.test
+    predictions = regime_predictions(cluster_model, clusters.train, test)
+    result = diagnose(cluster_model.field(test.x), test.y, predictions)
     m = result.metrics
     assert m["worst_slice_gap"] > 0.05
     for region in ("over", "under"):
         assert m[f"smece_{region}_field"] < m[f"smece_{region}_base"] * 2 / 3
         assert m[f"smece_{region}_field"] < min(m[f"smece_{region}_iso"], m[f"smece_{region}_ts"])
     assert all(isinstance(v, float) for v in m.values())
-    assert {"all", "over", "under"} <= set(result.figures)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"reliability_{r}.png" for r in result.figures)
+    assert {"all", "over", "under"} <= set(result.regions)
+    assert all(result.regions[r].sum() >= 30 for r in result.regions)
+    figures = region_reliability(test.f, test.y, result.regions, num_bootstrap=10)
+    assert set(figures) == set(result.regions)
+    assert figures["over"].axes[0].get_title().startswith(f"over (n={result.regions['over'].sum()},")
 
 
 def test_regions_smaller_than_min_region_count_as_not_found():

@@ -18,7 +18,7 @@ from mice_exp.metrics import TAU_GRID, etcu_curve
 from mice_exp.report import command, tables
 from mice_exp.report.collect import Predictions, collect_runs, experiment_ids
 from mice_exp.report.plots import LOAO_FILE, etcu_figures, loao_comparison, loao_pairs
-from mice_exp.report.sweeps import (
+from mice_exp.tracking.sweeps import (
     config_hash,
     ensure_parent_run,
     find_parent_run,
@@ -470,7 +470,7 @@ def test_the_report_adds_the_risk_sweep_action_belief_field_and_sample_efficienc
 
 def test_a_sweep_report_includes_the_runs_its_skipped_jobs_reused(fresh):
     """A preset whose jobs another sweep already ran skips them; its report still shows them."""
-    from mice_exp.report.sweeps import mark_reused
+    from mice_exp.tracking.sweeps import mark_reused
 
     earlier = fresh.job("llama3_8b_instruct", "mice_rf", metrics=as_metrics(LLAMA3["mice_rf"]), sweep="sweep/a",
                         baselines={k: LLAMA3[k] for k in ("raw", "hre", "nwkr")})

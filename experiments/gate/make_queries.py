@@ -12,7 +12,7 @@ import itertools
 import json
 from pathlib import Path
 
-from mice_exp.commands import compose_config
+from mice_exp.compose import compose_config
 from mice_exp.data.records import Example
 from mice_exp.llm.stage import select_examples
 from mice_exp.paths import paths_from

@@ -22,8 +22,8 @@ class Fold:
     """Leave-one-API-out: train on the other APIs' training split, test on this API's test split."""
 
     held_out: str
-    train: tuple[str, ...]  # example ids
-    test: tuple[str, ...]  # example ids
+    train: tuple[int, ...]  # row positions
+    test: tuple[int, ...]  # row positions
 
 
 def validate_counts(counts: Mapping[str, int]) -> dict[str, int]:
@@ -105,13 +105,15 @@ def select_apis(examples: Sequence[Example], apis: Sequence[str] | None, max_api
     return [e for e in examples if e.api in keep]
 
 
-def loao_folds(examples: Sequence[Example], splits: Mapping[str, str]) -> list[Fold]:
-    """One fold per API, in sorted API order; ids keep the order of ``examples``."""
+def loao_folds(apis: Sequence[str], splits: Sequence[str]) -> list[Fold]:
+    """One fold per API, in sorted API order, over rows given by their API and split name (the
+    records' or a feature set's order); positions are increasing. The zero-shot rows of MICE Table 1."""
+    rows = list(zip(apis, splits, strict=True))
     return [
         Fold(
             held_out=api,
-            train=tuple(e.id for e in examples if e.api != api and splits[e.id] == "train"),
-            test=tuple(e.id for e in examples if e.api == api and splits[e.id] == "test"),
+            train=tuple(i for i, (a, split) in enumerate(rows) if a != api and split == "train"),
+            test=tuple(i for i, (a, split) in enumerate(rows) if a == api and split == "test"),
         )
-        for api in sorted({e.api for e in examples})
+        for api in sorted(set(apis))
     ]

@@ -6,12 +6,12 @@ column), the feature view ("features") or a base input beside a representation (
 """
 
 from mice_exp.estimators.base import ConfidenceEstimator, FallbackWarning
+from mice_exp.estimators.field import FieldCorrection
 from mice_exp.estimators.histogram import HistogramRegression
 from mice_exp.estimators.kernel import KernelRegression
 from mice_exp.estimators.mice import MiceLogisticRegression, MiceRandomForest
 from mice_exp.estimators.raw import RawConfidence
 from mice_exp.estimators.recalibration import IsotonicCalibration, PlattScaling, TemperatureScaling
-from mice_exp.estimators.field import FieldCorrection  # last: mice_exp.regimes imports the calibrators above
 
 __all__ = [
     "ConfidenceEstimator",

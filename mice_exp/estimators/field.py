@@ -12,6 +12,9 @@ all. The base's training confidences are therefore cross-fitted (out of fold); t
 phi on part of the training split and selects sigma, lambda and alpha on the rest (the paper's
 validation split: the holdout protocol hands an estimator only its training rows); the base is
 then refitted on all training rows for prediction.
+
+The network lives in :mod:`mice_exp.regimes` (torch), imported only when a field is fitted or
+diagnosed, so importing the estimators stays light.
 """
 
 from __future__ import annotations
@@ -23,11 +26,10 @@ from sklearn.base import clone
 from sklearn.model_selection import StratifiedKFold, cross_val_predict, train_test_split
 
 from mice_exp.estimators.base import ConfidenceEstimator
-from mice_exp.regimes.data import Triples
-from mice_exp.regimes.field import preset
+from mice_exp.estimators.recalibration import IsotonicCalibration, TemperatureScaling
 
-if TYPE_CHECKING:
-    from mice_exp.regimes.diagnostics import Diagnosis
+if TYPE_CHECKING:  # mice_exp.regimes trains with torch: imported when a field is fitted, not with the estimators
+    from mice_exp.regimes import Diagnosis, MiscalibrationField, Triples
 
 
 class FieldCorrection(ConfidenceEstimator):
@@ -72,6 +74,8 @@ class FieldCorrection(ConfidenceEstimator):
         return cross_val_predict(clone(self.base), B, y, cv=split, method="predict_proba")[:, 1]
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
+        from mice_exp.regimes import Triples, preset
+
         B, R = self._blocks(X)
         f = self._out_of_fold(B, y)
         index = np.arange(len(y))
@@ -97,13 +101,30 @@ class FieldCorrection(ConfidenceEstimator):
     def diagnose(self, X: np.ndarray, y: np.ndarray, eps: float = 0.05, min_region: int = 30) -> Diagnosis:
         """The paper's regime diagnostics on held-out rows (X built like the training X): region sizes,
         smECE per region of the base, of isotonic / temperature scaling fitted on the training rows and
-        of the correction, the worst-slice gap, and one reliability diagram per populated region."""
-        from mice_exp.regimes.diagnostics import diagnose
+        of the correction, the worst-slice gap, and the populated regions (to draw their reliability)."""
+        from mice_exp.regimes import Triples, diagnose
 
         X = np.asarray(X, dtype=np.float64)
         held_out = Triples(self._blocks(X)[1], self.base_confidence(X), np.asarray(y, dtype=float))
-        return diagnose(self.field_, self.train_, held_out, eps=eps, min_region=min_region)
+        predictions = regime_predictions(self.field_, self.train_, held_out)
+        return diagnose(self.field_.field(held_out.x), held_out.y, predictions, eps=eps, min_region=min_region)
 
     def selected(self) -> dict[str, float]:
         """What validation chose: bandwidth sigma, mass weight lambda, correction strength alpha."""
         return {"sigma": self.field_.sigma_, "lambda": self.field_.lambda_, "alpha": self.field_.alpha_}
+
+
+def regime_predictions(field: MiscalibrationField, train: Triples, test: Triples) -> dict[str, np.ndarray]:
+    """The confidences a regime diagnosis compares on ``test``: the raw f ("base"), isotonic and
+    temperature scaling fitted on ``train`` (as in appendix D.6) and the field's local correction."""
+    return {
+        "base": test.f,
+        "iso": _recalibrate(IsotonicCalibration(), train, test),
+        "ts": _recalibrate(TemperatureScaling(), train, test),
+        "field": field.correct(test.x, test.f),
+    }
+
+
+def _recalibrate(calibrator: IsotonicCalibration | TemperatureScaling, train: Triples, test: Triples) -> np.ndarray:
+    fitted = calibrator.fit(train.f[:, None], train.y.astype(int))
+    return fitted.predict_proba(test.f[:, None])[:, 1]

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import relplot
-from relplot.estimators import KernelSmoother
-from relplot.kernels import ReflectedGaussianKernel
 
 from mice_exp.estimators.base import ConfidenceEstimator
 
@@ -16,11 +13,16 @@ class KernelRegression(ConfidenceEstimator):
     Reuses relplot rather than re-deriving it: the bandwidth ``sigma_`` is the one
     ``relplot.smECE`` selects on the training data, and the smoother is relplot's reflected
     Gaussian ``KernelSmoother``, the same curve relplot draws in its reliability diagram.
+    relplot is imported in ``_fit``: its package imports matplotlib, which the estimators do not need.
     """
 
     input_kind = "confidence"
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
+        import relplot
+        from relplot.estimators import KernelSmoother
+        from relplot.kernels import ReflectedGaussianKernel
+
         labels = y.astype(float)
         _, self.sigma_ = relplot.smECE(X[:, 0], labels, return_width=True)
         self.smoother_ = KernelSmoother(ReflectedGaussianKernel(self.sigma_)).fit(X, labels)

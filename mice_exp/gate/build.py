@@ -22,6 +22,8 @@ def demo_pool(cfg: Mapping[str, Any], paths: Paths) -> list:
 def fit_gate(cfg: Mapping[str, Any], folder: str | Path, paths: Paths | None = None, llm: Any = None) -> Path:
     """Fit the configured estimator on the training split and save the gate to ``folder``.
 
+    ``cfg`` is a resolved config the pipeline accepted (:func:`mice_exp.compose.as_plain`, then
+    :func:`mice_exp.run.check_config`): the gate builds on the pipeline, not the other way round.
     The LLM stage and the feature view come from their caches when a run already computed them
     (same config), otherwise they are computed here exactly as ``mice-exp`` would.
     """
@@ -31,10 +33,7 @@ def fit_gate(cfg: Mapping[str, Any], folder: str | Path, paths: Paths | None = N
     from mice_exp.llm.stage import run_llm_stage
     from mice_exp.paths import paths_from
     from mice_exp.protocols import holdout
-    from mice_exp.run import as_plain, check_config
 
-    cfg = as_plain(cfg)
-    check_config(cfg)
     paths = paths or paths_from(cfg["paths"])
     stage = read_stage(run_llm_stage(cfg, paths, llm))
     fs = build_features(cfg["features"], stage, paths.features, seed=int(cfg["seed"]))

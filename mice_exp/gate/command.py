@@ -38,11 +38,10 @@ def summarize(answers: Sequence[dict], seconds: float, tau: float, risk: str) ->
 
 
 def gate(argv: Sequence[str]) -> None:
-    from mice_exp.commands import compose_config
+    from mice_exp.compose import as_plain, compose_config
     from mice_exp.gate.gate import Gate
     from mice_exp.gate.queries import read_queries
     from mice_exp.paths import paths_from
-    from mice_exp.run import as_plain
 
     opts: dict[str, str] = {}
     overrides: list[str] = []

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mice_exp.errors import UserError
-
-ARTIFACT_PATH = "gate"
+from mice_exp.tracking.schema import GATE_ARTIFACT
 _RUNS = re.compile(r"^runs:/([^/]+)/(.+?)/?$")
 _MODELS = re.compile(r"^models:/([^/@]+)(?:/(\d+|latest)|@([^/]+))/?$")
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
@@ -36,13 +35,13 @@ def model_name(llm: str, features: str, estimator: str) -> str:
     return _NAME_CHARS.sub("_", f"mice_exp-gate-{llm}-{features}-{estimator}")
 
 
-def log_gate(client: Any, run_id: str, folder: str | Path, artifact_path: str = ARTIFACT_PATH) -> str:
+def log_gate(client: Any, run_id: str, folder: str | Path, artifact_path: str = GATE_ARTIFACT) -> str:
     """Copy a gate folder into a run's artifacts; return its ``runs:/`` URI."""
     client.log_artifacts(run_id, str(folder), artifact_path)
     return f"runs:/{run_id}/{artifact_path}"
 
 
-def register_gate(client: Any, run_id: str, name: str, artifact_path: str = ARTIFACT_PATH,
+def register_gate(client: Any, run_id: str, name: str, artifact_path: str = GATE_ARTIFACT,
                   description: str | None = None) -> Any:
     """A new version of registered model ``name`` whose source is the gate the run logged."""
     from mlflow.exceptions import MlflowException

@@ -1,9 +1,12 @@
-"""Calibration and discrimination scores of confidences p against correctness labels y."""
+"""Calibration and discrimination scores of confidences p against correctness labels y.
+
+relplot is imported where it is used: its package draws with matplotlib on import, which the
+estimators (that score with these metrics) should not pay for.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-import relplot
 from numpy.typing import ArrayLike
 from sklearn.metrics import roc_auc_score
 
@@ -13,6 +16,8 @@ from mice_exp.metrics.validation import check_labels, check_pair
 
 def smece(p: ArrayLike, y: ArrayLike) -> float:
     """Smooth ECE (Błasiok & Nakkiran 2024) via relplot, the reference implementation MICE used."""
+    import relplot
+
     p, y = check_pair(p, y)
     return float(relplot.smECE(p, y.astype(float)))
 

@@ -6,13 +6,16 @@ way to build a fresh estimator, and returns test-row predictions.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 from sklearn.base import clone
 
+from mice_exp.data.splits import loao_folds
 from mice_exp.errors import UserError
-from mice_exp.features import FeatureSet
+
+if TYPE_CHECKING:  # the feature views read the LLM stage's cache; estimation only needs the type
+    from mice_exp.features import FeatureSet
 
 PROTOCOLS = ("holdout", "loao", "sample_efficiency")
 
@@ -39,14 +42,12 @@ def loao(estimator, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray, No
     """Leave one API out (MICE section 5): for each API, train on the other APIs' training rows,
     predict its test rows; the folds' predictions are pooled in test-row order (no single model)."""
     X = inputs(estimator, fs, source)
-    test = fs.rows("test")
     out = np.full(len(fs.ids), np.nan)
-    for api in np.unique(fs.apis):
-        train = fs.rows("train") & (fs.apis != api)
-        held = test & (fs.apis == api)
-        if held.any():
+    for fold in loao_folds(fs.apis, fs.splits):
+        if fold.test:
+            train, held = list(fold.train), list(fold.test)
             out[held] = clone(estimator).fit(X[train], fs.labels[train]).predict_proba(X[held])[:, 1]
-    return out[test], None
+    return out[fs.rows("test")], None
 
 
 def get_protocol(name: str) -> Callable | None:

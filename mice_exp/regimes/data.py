@@ -41,9 +41,3 @@ class Triples:
     def residual(self) -> np.ndarray:
         """r = y - f; its conditional mean given x is the miscalibration field."""
         return self.y - self.f
-
-    def subset(self, index: np.ndarray) -> Triples:
-        return Triples(self.x[index], self.f[index], self.y[index])
-
-    def with_labels(self, y: np.ndarray) -> Triples:
-        return Triples(self.x, self.f, y)

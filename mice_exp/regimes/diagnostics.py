@@ -1,20 +1,19 @@
 """Regime diagnostics: where the field says over/underconfident, how bad calibration is there,
-and whether confidence-only recalibrators (isotonic, temperature) fix it (paper Fig. 4-6)."""
+and whether other confidences (isotonic, temperature scaling, the local correction) fix it
+(paper Fig. 4-6).
+
+The confidences to score come in as predictions and figures are drawn by the caller, so the
+regimes library depends on metrics alone, not on the estimators or the report built on top of it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-from matplotlib.figure import Figure
 
-from mice_exp.estimators import IsotonicCalibration, TemperatureScaling
 from mice_exp.metrics.calibration import brier, smece
-from mice_exp.regimes.data import Triples
-from mice_exp.regimes.field import MiscalibrationField
-from mice_exp.report.figures import reliability_diagram
 
 #: Signed regions of the field; "good" is the near-calibrated rest, |delta_hat| <= eps.
 REGIONS = ("all", "over", "under", "good")
@@ -62,43 +61,20 @@ def regime_metrics(
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """Regime metrics of one held-out split and the masks of its populated regions (to draw them)."""
+
     metrics: dict[str, float]
-    figures: dict[str, Figure]
+    regions: dict[str, np.ndarray]
 
 
 def diagnose(
-    model: MiscalibrationField,
-    train: Triples,
-    test: Triples,
+    delta: np.ndarray,
+    y: np.ndarray,
+    predictions: Mapping[str, np.ndarray],
     eps: float = 0.05,
     min_region: int = 30,
-    figures: bool = True,
-    figures_dir: str | Path | None = None,
 ) -> Diagnosis:
-    """Field regions on ``test`` scored for the raw f, isotonic and temperature scaling (both fit
-    on ``train``, as in appendix D.6) and the local correction; one reliability diagram of the raw
-    f per populated region, saved as ``reliability_<region>.png`` when ``figures_dir`` is given."""
-    delta = model.field(test.x)
-    predictions = {
-        "base": test.f,
-        "iso": _recalibrate(IsotonicCalibration(), train, test),
-        "ts": _recalibrate(TemperatureScaling(), train, test),
-        "field": model.correct(test.x, test.f),
-    }
-    metrics = regime_metrics(delta, test.y, predictions, eps, min_region)
-    drawn = {}
-    if figures:
-        for region, mask in regions(delta, eps).items():
-            if mask.sum() >= min_region:
-                title = f"{region} (n={mask.sum()}, {mask.mean():.0%} of test)"
-                drawn[region] = reliability_diagram(test.f[mask], test.y[mask].astype(int), title, num_bootstrap=100)
-    if figures_dir is not None:
-        Path(figures_dir).mkdir(parents=True, exist_ok=True)
-        for region, fig in drawn.items():
-            fig.savefig(Path(figures_dir) / f"reliability_{region}.png", dpi=120)
-    return Diagnosis(metrics, drawn)
-
-
-def _recalibrate(calibrator: IsotonicCalibration | TemperatureScaling, train: Triples, test: Triples) -> np.ndarray:
-    fitted = calibrator.fit(train.f[:, None], train.y.astype(int))
-    return fitted.predict_proba(test.f[:, None])[:, 1]
+    """:func:`regime_metrics` plus the regions with at least ``min_region`` points: the ones worth a
+    reliability diagram of the raw f."""
+    masks = {region: mask for region, mask in regions(delta, eps).items() if mask.sum() >= min_region}
+    return Diagnosis(regime_metrics(delta, y, predictions, eps, min_region), masks)

@@ -21,6 +21,17 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from mice_exp.errors import UserError
+from mice_exp.tracking.schema import (
+    KEY_TAGS,
+    OBJECTIVE,
+    PARENT_TAG,
+    PREDICTIONS,
+    REPORT_TAG,
+    SWEEP_TAG,
+    parse_baseline_key,
+    reused_tag,
+)
+from mice_exp.tracking.sweeps import quote
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow import MlflowClient
@@ -28,15 +39,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-#: Tags a job run carries (mice_exp.run.run); together they identify a table cell's source.
-KEY_TAGS = ("llm", "dataset", "features", "estimator", "protocol")
-#: A tag marking a sweep's parent run and one marking a report run: neither is a job.
-PARENT_TAG = "sweep_parent"
-REPORT_TAG = "report"
-SWEEP_TAG = "sweep"
-#: Present only in runs that reached the estimation stage (``stage=llm`` runs lack it).
-REQUIRED_METRIC = "auc_etcu"
-PREDICTIONS = "predictions.csv"
 _PAGE = 1000
 
 
@@ -63,20 +65,7 @@ class RunRecord:
 
     def baseline_keys(self) -> list[str]:
         """Estimator keys of the reference rows this run logged (``baseline.<key>.<metric>``)."""
-        keys = []
-        for name in self.metrics:
-            if name.startswith("baseline.") and name.count(".") >= 2:
-                key = name.split(".")[1]
-                if key not in keys:
-                    keys.append(key)
-        return sorted(keys)
-
-
-def quote(value: str, what: str) -> str:
-    """``value`` as a quoted MLflow filter literal (a quote inside cannot be escaped there)."""
-    if "'" in value:
-        raise UserError(f"{what} {value!r} contains a single quote; MLflow filters cannot search for it")
-    return f"'{value}'"
+        return sorted({parsed[0] for parsed in map(parse_baseline_key, self.metrics) if parsed})
 
 
 def experiment_ids(client: MlflowClient, name: str | None) -> list[str]:
@@ -110,13 +99,6 @@ def finished_filter(sweep: str | None = None) -> str:
     return " and ".join(parts)
 
 
-def reused_tag(sweep: str) -> str:
-    """The tag a FINISHED run gets when a job of ``sweep`` skipped itself because of it."""
-    from mice_exp.cache import stable_hash
-
-    return f"{SWEEP_TAG}.reused.{stable_hash(sweep, length=16)}"
-
-
 def sweep_runs(client: MlflowClient, ids: Sequence[str], sweep: str | None) -> list[Run]:
     """FINISHED runs of a sweep, newest first: its own jobs' runs and the identical earlier runs
     its skipped jobs reused (so a preset whose jobs another sweep already ran still has them all)."""
@@ -132,11 +114,9 @@ def sweep_runs(client: MlflowClient, ids: Sequence[str], sweep: str | None) -> l
 def to_record(run: Run) -> RunRecord | None:
     """A :class:`RunRecord`, or None for runs that are not estimation jobs (parents, reports, stage=llm)."""
     tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
-    if tags.get(PARENT_TAG) == "true" or tags.get(REPORT_TAG) == "true" or REQUIRED_METRIC not in metrics:
+    if tags.get(PARENT_TAG) == "true" or tags.get(REPORT_TAG) == "true" or OBJECTIVE not in metrics:
         return None
-    fallbacks = {"llm": "llm.name", "dataset": "dataset.name", "features": "features.name",
-                 "estimator": "estimator.key", "protocol": "protocol.name"}
-    key = {k: tags.get(k) or params.get(fallbacks[k]) for k in KEY_TAGS}
+    key = {tag: tags.get(tag) or params.get(param) for tag, param in KEY_TAGS.items()}
     if not all(key.values()):
         return None
     return RunRecord(

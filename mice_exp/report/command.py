@@ -33,9 +33,6 @@ from mice_exp.errors import UserError
 from mice_exp.paths import project_root
 from mice_exp.report import plots, tables
 from mice_exp.report.collect import (
-    PARENT_TAG,
-    REPORT_TAG,
-    SWEEP_TAG,
     Predictions,
     RunRecord,
     collect_runs,
@@ -45,6 +42,7 @@ from mice_exp.report.collect import (
     to_record,
 )
 from mice_exp.report.extras import Section, extra_sections
+from mice_exp.tracking.schema import PARENT_TAG, REPORT_TAG, SWEEP_TAG
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +144,7 @@ def target_run(client, report: Report, root: Path) -> tuple[str, bool]:
 
     Returns (run id, created).
     """
-    from mice_exp.report.sweeps import find_parent_run
+    from mice_exp.tracking.sweeps import find_parent_run
     from mice_exp.tracking.gitinfo import git_tags
 
     ids = sorted(report.experiment_ids)

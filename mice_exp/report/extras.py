@@ -24,8 +24,16 @@ from mice_exp.metrics import PAPER_RISKS
 from mice_exp.report.collect import Predictions
 from mice_exp.report.plots import slug
 from mice_exp.report.tables import ESTIMATOR_NAMES, ESTIMATOR_ORDER, MICE_ORDER, fmt
-
-SAMPLE_EFFICIENCY_CSV = "sample_efficiency.csv"
+from mice_exp.tracking.schema import (
+    RISK_TAG,
+    SAMPLE_EFFICIENCY_CSV,
+    action_belief_key,
+    agent_key,
+    baseline_key,
+    field_key,
+    parse_action_belief_key,
+    parse_baseline_key,
+)
 
 
 @dataclass
@@ -109,9 +117,14 @@ def sample_efficiency(client, runs: Sequence[Any]) -> Section | None:
     return Section(body, pd.concat(frames, ignore_index=True).assign(table="sample_efficiency"), figures)
 
 
+def _baselines(metrics: dict[str, float]) -> list[tuple[str, str, float]]:
+    """(estimator, metric, value) of every reference row a run logged."""
+    return [(*parsed, value) for name, value in metrics.items() if (parsed := parse_baseline_key(name))]
+
+
 def risk_sweep(runs: Sequence[Any]) -> Section | None:
     """ETCU at each false-positive cost of ``risk=custom`` holdout runs, every estimator and baseline."""
-    chosen = _latest([r for r in runs if r.data.tags.get("risk") == "custom" and "etcu_custom" in r.data.metrics
+    chosen = _latest([r for r in runs if r.data.tags.get(RISK_TAG) == "custom" and "etcu_custom" in r.data.metrics
                       and r.data.tags.get("protocol") == "holdout"],
                      lambda r: (r.data.tags.get("llm"), r.data.tags.get("estimator"), r.data.params.get("risk.fp")))
     if not chosen:
@@ -121,8 +134,7 @@ def risk_sweep(runs: Sequence[Any]) -> Section | None:
         fp = float(run.data.params["risk.fp"])
         llm = run.data.params.get("llm.display", run.data.tags.get("llm", ""))
         values = {run.data.tags["estimator"]: run.data.metrics["etcu_custom"]}
-        values |= {k.split(".")[1]: v for k, v in run.data.metrics.items()
-                   if k.startswith("baseline.") and k.endswith(".etcu_custom")}
+        values |= {key: v for key, metric, v in _baselines(run.data.metrics) if metric == "etcu_custom"}
         rows += [{"llm": llm, "llm_key": run.data.tags.get("llm", llm), "estimator": key, "fp": fp, "tau": -fp / (1 - fp), "etcu": v} for key, v in values.items()]
     frame = pd.DataFrame(rows).drop_duplicates(["llm", "estimator", "fp"]).sort_values(["llm", "estimator", "tau"])
     parts, figures = [], {}
@@ -146,17 +158,17 @@ def risk_sweep(runs: Sequence[Any]) -> Section | None:
 
 def action_belief(runs: Sequence[Any]) -> Section | None:
     """Spearman consistency and MBR agreement of the agent's own act / abstain choices, per confidence."""
-    chosen = _latest([r for r in runs if "agent.act_rate" in r.data.metrics],
+    chosen = _latest([r for r in runs if agent_key("act_rate") in r.data.metrics],
                      lambda r: (r.data.tags.get("llm"), r.data.tags.get("dataset")))
     if not chosen:
         return None
     names, rows, parts = _names(chosen), [], []
     for run in chosen:
         m, llm = run.data.metrics, run.data.params.get("llm.display", run.data.tags.get("llm", ""))
-        keys = dict.fromkeys(k.split(".")[1] for k in m if k.startswith("action_belief."))
-        block = [{"llm": llm, "estimator": _name(k, names), "spearman": m[f"action_belief.{k}.spearman"],
-                  **{f"agree_{r}": m[f"action_belief.{k}.agree_{r}"] for r in PAPER_RISKS},
-                  **{f"etcu_{r}": m.get(f"baseline.{k}.etcu_{r}", m.get(f"etcu_{r}")) for r in PAPER_RISKS}}
+        keys = dict.fromkeys(parsed[0] for parsed in map(parse_action_belief_key, m) if parsed)
+        block = [{"llm": llm, "estimator": _name(k, names), "spearman": m[action_belief_key(k, "spearman")],
+                  **{f"agree_{r}": m[action_belief_key(k, f"agree_{r}")] for r in PAPER_RISKS},
+                  **{f"etcu_{r}": m.get(baseline_key(k, f"etcu_{r}"), m.get(f"etcu_{r}")) for r in PAPER_RISKS}}
                  for k in keys]
         rows += block
         header = {"estimator": "Confidence", "spearman": "Spearman ρ",
@@ -178,7 +190,7 @@ def action_belief(runs: Sequence[Any]) -> Section | None:
 
 def miscalibration_field(runs: Sequence[Any]) -> Section | None:
     """Region sizes, worst-slice gap and the correction's effect for every field-corrected base estimator."""
-    chosen = _latest([r for r in runs if "field.frac_over" in r.data.metrics],
+    chosen = _latest([r for r in runs if field_key("frac_over") in r.data.metrics],
                      lambda r: (r.data.tags.get("llm"), r.data.tags.get("estimator"), r.data.tags.get("protocol")))
     if not chosen:
         return None
@@ -187,11 +199,12 @@ def miscalibration_field(runs: Sequence[Any]) -> Section | None:
         m, base = run.data.metrics, run.data.params.get("estimator.base", "")
         rows.append({
             "llm": run.data.params.get("llm.display", run.data.tags.get("llm", "")), "base": _name(base, {}),
-            "n_test": m.get("field.n_test", np.nan), "over": m["field.frac_over"], "under": m["field.frac_under"],
-            "gap": m["field.worst_slice_gap"], "smece_base": m["field.smece_all_base"],
-            "smece_field": m["field.smece_all_field"], "brier_base": m["field.brier_all_base"],
-            "brier_field": m["field.brier_all_field"], "auc_base": m.get(f"baseline.{base}.auc_etcu", np.nan),
-            "auc_field": m["auc_etcu"], "alpha": m.get("field.alpha", np.nan), "run_id": run.info.run_id})
+            "n_test": m.get(field_key("n_test"), np.nan), "over": m[field_key("frac_over")],
+            "under": m[field_key("frac_under")], "gap": m[field_key("worst_slice_gap")],
+            "smece_base": m[field_key("smece_all_base")], "smece_field": m[field_key("smece_all_field")],
+            "brier_base": m[field_key("brier_all_base")], "brier_field": m[field_key("brier_all_field")],
+            "auc_base": m.get(baseline_key(base, "auc_etcu"), np.nan), "auc_field": m["auc_etcu"],
+            "alpha": m.get(field_key("alpha"), np.nan), "run_id": run.info.run_id})
     frame = pd.DataFrame(rows).sort_values(["llm", "base"])
     shown = frame.assign(n_test=[str(int(n)) if n == n else "" for n in frame["n_test"]],
                          over=[f"{v:.0%}" for v in frame["over"]], under=[f"{v:.0%}" for v in frame["under"]])

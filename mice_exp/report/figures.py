@@ -95,6 +95,16 @@ def reliability_diagram(
     return fig
 
 
+def region_reliability(p: ArrayLike, y: ArrayLike, regions: Mapping[str, np.ndarray],
+                       num_bootstrap: int = 100) -> dict[str, Figure]:
+    """One reliability diagram of ``p`` per miscalibration region (a boolean mask over the rows),
+    titled with its size: where a global diagram averages opposite errors away (regimes, Fig. 5)."""
+    p, y = np.asarray(p, dtype=float), np.asarray(y).astype(int)
+    return {region: reliability_diagram(p[mask], y[mask], f"{region} (n={mask.sum()}, {mask.mean():.0%} of test)",
+                                        num_bootstrap=num_bootstrap)
+            for region, mask in regions.items()}
+
+
 # --------------------------------------------------------------------------- ETCU (Figure 4)
 
 
@@ -288,12 +298,3 @@ def layer_score_distributions(
         ax.legend([h for h, _ in handles], [t for _, t in handles], loc="upper left", fontsize="small")
     return fig
 
-
-def count_boxes(fig: Figure) -> dict[str, int]:
-    """Boxes per group in a :func:`layer_score_distributions` figure (for tests and checks)."""
-    counts: dict[str, int] = {}
-    for patch in fig.axes[0].patches:
-        gid = patch.get_gid() or ""
-        if gid.startswith("box:"):
-            counts[gid[4:]] = counts.get(gid[4:], 0) + 1
-    return counts

@@ -19,6 +19,7 @@ from matplotlib.patches import Patch
 
 from mice_exp.metrics import TAU_GRID, TRIVIAL_POLICIES, etcu_curve
 from mice_exp.report import figures
+from mice_exp.tracking.schema import prediction_column
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ LOAO_FILE = "loao_auc.png"
 
 
 def _prediction(frame: pd.DataFrame | None, key: str) -> tuple[np.ndarray, np.ndarray] | None:
-    column = f"p_{key}"
+    column = prediction_column(key)
     if frame is None or column not in frame or "label" not in frame:
         return None
     kept = frame[[column, "label"]].dropna()

@@ -24,13 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 import pandas as pd
 
 from mice_exp.report.collect import RunRecord
+from mice_exp.tracking.schema import MARKS, baseline_key, pvalue_key
+from mice_exp.tracking.schema import TABLE_METRICS as METRICS
 
-#: Table columns, in the paper's order, and their headers.
-METRICS = ("smece", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu")
+#: Headers of the table's columns (:data:`METRICS`, the schema's table metrics).
 HEADERS = {"smece": "smECE (↓)", "etcu_low": "Low risk (↑)", "etcu_medium": "Medium risk (↑)",
            "etcu_high": "High risk (↑)", "auc_etcu": "AUC (↑)"}
 LOWER_IS_BETTER = frozenset({"smece"})
-MARKS = {"hre": "*", "nwkr": "†"}
 ALPHA = 0.05
 DECIMALS = 3
 
@@ -111,9 +111,9 @@ def significance_marks(metrics: Mapping[str, float], metric: str,
     out = ""
     value = metrics.get(metric)
     for ref, mark in MARKS.items():
-        p = metrics.get(f"pvalue_{metric}_vs_{ref}")
-        reference = metrics.get(f"baseline.{ref}.{metric}")
-        shown = (displayed or metrics).get(f"baseline.{ref}.{metric}", reference)
+        p = metrics.get(pvalue_key(metric, ref))
+        reference = metrics.get(baseline_key(ref, metric))
+        shown = (displayed or metrics).get(baseline_key(ref, metric), reference)
         if _finite(shown) and _finite(value) and not better(value, shown, metric):
             continue
         if _finite(p) and _finite(value) and _finite(reference) and p < ALPHA and better(value, reference, metric):
@@ -225,7 +225,7 @@ def table1_block(records: Sequence[RunRecord], features: str | None = None,
     source = baseline_source(records, features)
     if source is not None:
         for key in source.baseline_keys():
-            values = {m: source.metrics.get(f"baseline.{key}.{m}") for m in METRICS}
+            values = {m: source.metrics.get(baseline_key(key, m)) for m in METRICS}
             rows.append((_row_rank("holdout", key),
                          _row(TABLE1, source, names.get(key, key), key, "holdout", "baseline", values, {})))
             present.add((key, "holdout"))

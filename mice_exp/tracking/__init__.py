@@ -19,7 +19,6 @@ from mice_exp.tracking.run import NullRun, TrackedRun, hydra_tags, tracked_run
 from mice_exp.tracking.store import (
     artifact_location,
     ensure_experiment,
-    forget_clients,
     open_client,
     tracking_uri,
 )
@@ -30,7 +29,6 @@ __all__ = [
     "artifact_location",
     "ensure_experiment",
     "flatten_params",
-    "forget_clients",
     "git_tags",
     "hydra_tags",
     "open_client",

@@ -38,7 +38,7 @@ class PrepareTracking(Callback):
             root = paths_from(config.get("paths") or {}).root
             experiment = ensure_experiment(tracking, root)
             logger.info("MLflow experiment %s ready in %.1fs", experiment, time.perf_counter() - start)
-            from mice_exp.report.sweeps import ensure_parent_run
+            from mice_exp.tracking.sweeps import ensure_parent_run
 
             ensure_parent_run(tracking, root, str(config.hydra.sweep.dir), list(config.hydra.overrides.task))
         except Exception as error:  # noqa: BLE001 - the jobs will prepare the store themselves

@@ -32,6 +32,7 @@ from mice_exp.tracking.params import (
     sanitize_key,
     truncate,
 )
+from mice_exp.tracking.schema import SWEEP_TAG
 from mice_exp.tracking.store import (
     artifact_location,
     experiment_id,
@@ -217,7 +218,7 @@ def hydra_tags() -> dict[str, str]:
         hc = HydraConfig.get()
         tags = {"hydra.output_dir": str(hc.runtime.output_dir)}
         if str(hc.mode) == "RunMode.MULTIRUN":
-            tags["sweep"] = str(hc.sweep.dir)
+            tags[SWEEP_TAG] = str(hc.sweep.dir)
             tags["hydra.job_num"] = str(hc.job.num)
         if hc.job.override_dirname:
             tags["hydra.overrides"] = str(hc.job.override_dirname)

@@ -232,9 +232,3 @@ def ensure_experiment(cfg: Mapping[str, Any], root: Path) -> str | None:
     client = open_client(uri)
     return experiment_id(client, uri, experiment_name(cfg), artifact_location(cfg, root))
 
-
-def forget_clients() -> None:
-    """Drop the per-process caches (tests; a store that was deleted underneath)."""
-    with _guard:
-        _clients.clear()
-        _experiments.clear()

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mice_exp.cache import stable_hash
-from mice_exp.report.collect import PARENT_TAG, SWEEP_TAG, quote, reused_tag
+from mice_exp.errors import UserError
 from mice_exp.tracking.gitinfo import git_tags
 from mice_exp.tracking.params import MAX_TAG_VALUE_LENGTH, flatten_params, truncate
+from mice_exp.tracking.schema import CONFIG_HASH_TAG, OVERRIDES_TAG, PARENT_TAG, SWEEP_TAG, reused_tag
 from mice_exp.tracking.store import (
     LOCK_TIMEOUT_S,
     artifact_location,
@@ -35,10 +36,15 @@ from mice_exp.tracking.store import (
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow import MlflowClient
 
-CONFIG_HASH_TAG = "config_hash"
-OVERRIDES_TAG = "sweep.overrides"
 #: Top-level config groups that say where things are stored, not what is computed.
 HASH_IGNORES = ("tracking", "paths", "hydra", "force")
+
+
+def quote(value: str, what: str) -> str:
+    """``value`` as a quoted MLflow filter literal (a quote inside cannot be escaped there)."""
+    if "'" in value:
+        raise UserError(f"{what} {value!r} contains a single quote; MLflow filters cannot search for it")
+    return f"'{value}'"
 
 
 def config_hash(cfg: Mapping[str, Any], ignore: Sequence[str] = HASH_IGNORES) -> str:

@@ -1,0 +1,27 @@
+"""The configs the Hydra app sees, for callers outside it (sub-commands, the gate, tests).
+
+Its own module because both the pipeline (:mod:`mice_exp.run`) and the sub-commands it does not
+know about (:mod:`mice_exp.gate.command`) need it: living in either made them import each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from mice_exp.paths import project_root
+
+
+def compose_config(overrides: Sequence[str]) -> DictConfig:
+    """The config the Hydra app would see for these overrides."""
+    with initialize_config_dir(config_dir=str(project_root() / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def as_plain(cfg: DictConfig | dict) -> dict[str, Any]:
+    """Resolve interpolations (failing on missing values) into plain containers."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    return cfg

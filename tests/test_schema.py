@@ -1,0 +1,25 @@
+"""The results schema: every key the job builds, the report can parse back."""
+
+from __future__ import annotations
+
+from mice_exp.compose import as_plain, compose_config
+from mice_exp.tracking import schema
+
+
+def test_baseline_and_action_belief_keys_round_trip():
+    assert schema.baseline_key("hre", "etcu_low") == "baseline.hre.etcu_low"
+    assert schema.parse_baseline_key(schema.baseline_key("hre", "etcu_low")) == ("hre", "etcu_low")
+    assert schema.parse_action_belief_key(schema.action_belief_key("mice_rf", "agree_high")) == ("mice_rf", "agree_high")
+
+
+def test_parsers_reject_other_metrics():
+    for name in ("auc_etcu", "baseline.hre", "field.frac_over", schema.pvalue_key("smece", "hre")):
+        assert schema.parse_baseline_key(name) is None
+    assert schema.parse_action_belief_key(schema.agent_key("act_rate")) is None
+
+
+def test_job_tags_identify_a_run_by_its_config():
+    cfg = as_plain(compose_config(["estimator=mice_lr", "protocol=loao", "risk=high"]))
+    tags = schema.job_tags(cfg)
+    assert set(tags) == {*schema.KEY_TAGS, schema.RISK_TAG}
+    assert (tags["estimator"], tags["protocol"], tags["risk"]) == ("mice_lr", "loao", "high")
