@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
+
+from mice_exp.errors import UserError
+
+#: What a full or read-only disk raises on write.
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def stable_hash(payload: Any, length: int = 16) -> str:
@@ -72,3 +79,32 @@ def read_json_if(path: Path) -> Any:
         return None
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why nothing can be written in ``folder`` or its nearest existing parent (None when something can).
+
+    Tried rather than read from the permission bits, which neither root nor a read-only mount respect.
+    """
+    existing = Path(folder)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-probe-")
+    except OSError as error:
+        return f"{existing}: {error.strerror}"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+@contextmanager
+def write_guard(folder: Path, kept: Callable[[], str]) -> Iterator[None]:
+    """A full or read-only disk while writing under ``folder`` becomes one line saying what was kept."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in NO_ROOM:
+            raise
+        raise UserError(f"cannot write {error.filename or folder} ({error.strerror}); {kept()}; expected free "
+                        f"space and a writable paths.cache (free some space or pass paths.cache=...)") from None

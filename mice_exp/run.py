@@ -12,13 +12,10 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from mice_exp.errors import UserError
+from mice_exp.config import check_cache, check_config, check_data
 from mice_exp.llm.stage import load_records, run_llm_stage, summary
 from mice_exp.paths import Paths, paths_from
 from mice_exp.report.sweeps import CONFIG_HASH_TAG, config_hash, finished_run_with_config
-
-STAGES = ("llm", "all")
-
 
 def as_plain(cfg: DictConfig | dict) -> dict[str, Any]:
     """Resolve interpolations (failing on missing values) into plain containers."""
@@ -153,27 +150,6 @@ def _estimate(cfg: dict[str, Any], paths: Paths, out, records, tracker) -> dict[
     return metrics | {"objective": rows[-1].metrics["auc_etcu"]}
 
 
-def check_config(cfg: dict[str, Any]) -> None:
-    """Reject invalid values before anything expensive runs (each check raises a one-line UserError)."""
-    from mice_exp.estimation import estimator_config, risks_from
-    from mice_exp.features import check_features
-    from mice_exp.llm.model import check_dtype
-    from mice_exp.llm.sources import SOURCES
-    from mice_exp.protocols import get_protocol
-
-    if cfg.get("stage", "all") not in STAGES:
-        raise UserError(f"stage={cfg.get('stage')!r}; expected one of {', '.join(STAGES)}")
-    check_dtype(cfg["llm"].get("dtype", "float32"))
-    get_protocol(cfg["protocol"]["name"])
-    risks_from(cfg["risk"])
-    for name in [*cfg["compare_with"], *([cfg["estimator"]["base"]] if cfg["estimator"].get("base") else [])]:
-        estimator_config(name, cfg["seed"])
-    check_features(cfg["features"])
-    unknown = set(cfg["sources"]["use"]) - set(SOURCES)
-    if unknown:
-        raise UserError(f"sources.use={cfg['sources']['use']}; expected some of {', '.join(SOURCES)}")
-
-
 def finished_before(cfg: dict[str, Any], paths: Paths, sweep: str) -> str | None:
     """The id of a FINISHED MLflow run with the same resolved config, so a re-run or resumed sweep skips
     it; the run is tagged as reused by ``sweep``, so the sweep's report still finds it."""
@@ -197,6 +173,7 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
     cfg = as_plain(cfg)
     check_config(cfg)
     paths = paths_from(cfg["paths"])
+    check_cache(paths.cache)
     tags = {"llm": cfg["llm"]["name"], "dataset": cfg["dataset"]["name"], "features": cfg["features"]["name"],
             "estimator": cfg["estimator"]["key"], "protocol": cfg["protocol"]["name"], "risk": cfg["risk"]["name"],
             CONFIG_HASH_TAG: config_hash(cfg), **hydra_tags()}
@@ -207,6 +184,7 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
         return {"run_id": done, "skipped": True}
     run_name = f"{cfg['llm']['name']}/{cfg['features']['name']}/{cfg['estimator']['key']}/{cfg['protocol']['name']}"
     with tracked_run(cfg["tracking"], paths.root, run_name=run_name, params=cfg, tags=tags) as tracker:
+        check_data(cfg, paths)
         out = run_llm_stage(cfg, paths)
         records = load_records(out)
         print("\n" + llm_summary(cfg["llm"]["display"], records))

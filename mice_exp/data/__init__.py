@@ -17,7 +17,7 @@ from mice_exp.data.jsonl import load_jsonl
 from mice_exp.data.records import Example
 from mice_exp.data.splits import select_apis
 from mice_exp.data.ste import load_ste, resolve_ste_path
-from mice_exp.errors import UserError
+from mice_exp.errors import UserError, expect
 
 __all__ = ["Example", "load_dataset"]
 
@@ -33,16 +33,17 @@ def load_dataset(cfg: Mapping[str, Any], project_root: Path, cache_dir: Path) ->
     name = _get(cfg, "name")
     if name == "ste":
         path = resolve_ste_path(_get(cfg, "path"), project_root, cache_dir, _get(cfg, "url"), _get(cfg, "sha256"))
-        examples = load_ste(path)
+        examples, source = load_ste(path), f"dataset.path={str(path)!r}"
     elif name == "bfcl":
-        examples = load_bfcl(_get(cfg, "categories"))
+        examples, source = load_bfcl(_get(cfg, "categories")), f"dataset.categories={_get(cfg, 'categories')}"
     elif name == "jsonl":
         path = _get(cfg, "path")
         if path is None:
             raise UserError("dataset.path is null; expected the path of a JSON-lines file")
-        examples = load_jsonl(project_root / Path(path))
+        examples, source = load_jsonl(project_root / Path(path)), f"dataset.path={str(path)!r}"
     else:
         raise UserError(f"dataset.name={name!r}: expected one of {list(DATASETS)}")
+    expect(bool(examples), f"{source}: no examples; expected at least one tool call")
     return select_apis(examples, cfg.get("apis"), cfg.get("max_apis"))
 
 

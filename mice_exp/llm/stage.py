@@ -22,7 +22,8 @@ import numpy as np
 from filelock import FileLock
 from tqdm.auto import tqdm
 
-from mice_exp.cache import read_json_if, read_jsonl, read_npz, stable_hash, write_json, write_jsonl, write_npz
+from mice_exp.cache import (read_json_if, read_jsonl, read_npz, stable_hash, write_guard, write_json, write_jsonl,
+                            write_npz)
 from mice_exp.data import Example, load_dataset
 from mice_exp.data.labels import is_correct
 from mice_exp.data.retrieval import SentenceEncoder, rank_demos
@@ -126,7 +127,8 @@ def run_llm_stage(cfg: Mapping[str, Any], paths: Paths, llm: Any = None) -> Path
             return out
         write_json(out / "meta.json", key)
         log.info("computing the LLM stage in %s", out)
-        _compute(cfg, paths, selection, out, llm)
+        with write_guard(out, lambda: f"{len(_shards(out))} complete shards kept in {out}; a re-run resumes"):
+            _compute(cfg, paths, selection, out, llm)
     return out
 
 
