@@ -5,16 +5,23 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import tempfile
+import zipfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
 
 from mice_exp.errors import UserError
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+#: What reading a truncated or garbled cache file raises (JSON, UTF-8, zip, npy headers).
+DAMAGE = (ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 #: What a full or read-only disk raises on write.
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
@@ -73,12 +80,38 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
         return {key: data[key] for key in data.files}
 
 
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
 def read_json_if(path: Path) -> Any:
     """The JSON at ``path``, or None when it does not exist yet."""
     if not path.exists():
         return None
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def set_aside(path: Path, reason: object) -> None:
+    """Rename a damaged cache file to ``*.damaged`` (kept for a look, ignored by every reader), with a warning."""
+    target = path.with_name(path.name + ".damaged")
+    try:
+        os.replace(path, target)
+    except FileNotFoundError:  # a concurrent job set it aside first
+        return
+    log.warning("%s is damaged (%s); set aside as %s and recomputed", path, reason, target.name)
+
+
+def read_intact(path: Path, read: Callable[[Path], T]) -> T | None:
+    """``read(path)``; None when the file is missing, or damaged (then set aside, so it gets recomputed)."""
+    try:
+        return read(path)
+    except FileNotFoundError:
+        return None
+    except DAMAGE as error:
+        set_aside(path, f"{type(error).__name__}: {error}")
+        return None
 
 
 def unwritable(folder: Path) -> str | None:

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import numpy as np
 from filelock import FileLock
 
-from mice_exp.cache import read_npz, stable_hash, write_npz
+from mice_exp.cache import read_intact, read_npz, stable_hash, write_npz
 from mice_exp.errors import UserError
 from mice_exp.features.bertscore import bertscore_matrix, encoder_id
 from mice_exp.features.layers import NAMED, select_layers
@@ -62,13 +62,14 @@ class FeatureSet:
 def cached_bertscore(llm_dir: Path, features_cache: Path, records: list[dict], encoder: Mapping[str, Any]) -> np.ndarray:
     """BERTScores for one LLM-stage cache, computed once per encoder and shared by every job."""
     path = features_cache / f"{llm_dir.name}-bertscore-{stable_hash(encoder_id(encoder))}.npz"
-    if not path.exists():
+    stored = read_intact(path, read_npz)  # a damaged file is set aside and recomputed
+    if stored is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock"):
-            if not path.exists():
-                ids = np.array([r["id"] for r in records])
-                write_npz(path, {"ids": ids, "f1": bertscore_matrix(records, encoder)})
-    stored = read_npz(path)
+            stored = read_intact(path, read_npz)  # another job may have computed it meanwhile
+            if stored is None:
+                stored = {"ids": np.array([r["id"] for r in records]), "f1": bertscore_matrix(records, encoder)}
+                write_npz(path, stored)
     if list(stored["ids"]) != [r["id"] for r in records]:
         raise UserError(f"{path} does not match the LLM-stage records; delete it to recompute")
     return stored["f1"]

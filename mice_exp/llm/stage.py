@@ -22,8 +22,8 @@ import numpy as np
 from filelock import FileLock
 from tqdm.auto import tqdm
 
-from mice_exp.cache import (read_json_if, read_jsonl, read_npz, stable_hash, write_guard, write_json, write_jsonl,
-                            write_npz)
+from mice_exp.cache import (read_intact, read_json, read_json_if, read_jsonl, read_npz, set_aside, stable_hash,
+                            write_guard, write_json, write_jsonl, write_npz)
 from mice_exp.data import Example, load_dataset
 from mice_exp.data.labels import is_correct
 from mice_exp.data.retrieval import SentenceEncoder, rank_demos
@@ -103,7 +103,7 @@ def _shard_arrays(gens: Sequence[Generation], store_tokens: bool) -> dict[str, n
 
 
 def _demos(out: Path, cfg: Mapping[str, Any], examples: list[Example], k: int) -> dict[str, list[str]]:
-    cached = read_json_if(out / "demos.json")
+    cached = read_intact(out / "demos.json", read_json)
     if cached is not None:
         return cached
     encoder = SentenceEncoder(cfg["retrieval"]["model"], device=cfg["retrieval"].get("device", "cpu"))
@@ -119,6 +119,7 @@ def run_llm_stage(cfg: Mapping[str, Any], paths: Paths, llm: Any = None) -> Path
     """
     selection = select_examples(cfg["dataset"], paths)
     out, key = stage_dir(cfg, paths, selection)
+    _set_aside_damaged(out)
     if (out / "done.json").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -130,6 +131,23 @@ def run_llm_stage(cfg: Mapping[str, Any], paths: Paths, llm: Any = None) -> Path
         with write_guard(out, lambda: f"{len(_shards(out))} complete shards kept in {out}; a re-run resumes"):
             _compute(cfg, paths, selection, out, llm)
     return out
+
+
+def _set_aside_damaged(out: Path) -> None:
+    """Set aside a truncated shard (both its files) or done.json, so the run recomputes that and nothing else."""
+    damaged = False
+    for jsonl in _shards(out):
+        npz = jsonl.with_suffix(".npz")
+        if read_intact(jsonl, read_jsonl) is None or read_intact(npz, read_npz) is None:
+            for path in (jsonl, npz):
+                if path.exists():
+                    set_aside(path, "its shard is incomplete")
+            damaged = True
+    done = out / "done.json"
+    if damaged and done.exists():
+        set_aside(done, "a shard of it was damaged")
+    elif not damaged:
+        read_intact(done, read_json)
 
 
 def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Path, llm: Any) -> None:

@@ -1,0 +1,100 @@
+"""A damaged cache file (a crash, a full disk, a copy cut short) is named in one warning, set aside
+as ``*.damaged`` and only what it held is recomputed: the records end identical to an intact run's."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mice_exp.llm.stage as stage
+from mice_exp.commands import compose_config
+from mice_exp.features import cached_bertscore
+from mice_exp.llm.stage import load_arrays, load_records, run_llm_stage
+from mice_exp.paths import PACKAGE_ROOT, Paths
+from mice_exp.run import as_plain
+
+FIXTURE = PACKAGE_ROOT / "tests" / "fixtures" / "ste_tiny.json"
+
+
+def tiny_cfg() -> dict:
+    return as_plain(compose_config(["llm=tiny_random", f"dataset.path={FIXTURE}", "llm.batch_size=2",
+                                    "llm.max_new_tokens=6", "prompt.k_demos=2"]))
+
+
+@pytest.fixture(scope="module")
+def intact(tmp_path_factory, tiny_llm) -> Path:
+    """A finished LLM stage of 6 calls in 3 shards, never touched."""
+    return run_llm_stage(tiny_cfg(), Paths(root=PACKAGE_ROOT, cache=tmp_path_factory.mktemp("intact")), llm=tiny_llm)
+
+
+@pytest.fixture
+def copy(intact, tmp_path) -> Path:
+    """A copy of the intact stage to damage."""
+    target = tmp_path / "llm" / intact.name
+    shutil.copytree(intact, target)
+    return target
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def counting_batches(monkeypatch) -> list[int]:
+    """Sizes of the batches the stage generates from now on."""
+    sizes: list[int] = []
+    real = stage.generate_batch
+
+    def counted(llm, prompts, *args, **kwargs):
+        sizes.append(len(prompts))
+        return real(llm, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(stage, "generate_batch", counted)
+    return sizes
+
+
+@pytest.mark.parametrize("damaged", ["shard-00001.jsonl", "shard-00001.npz", "done.json"])
+def test_a_truncated_file_is_named_set_aside_and_only_its_shard_recomputed(intact, copy, tiny_llm, monkeypatch,
+                                                                          caplog, damaged):
+    truncate(copy / damaged)
+    generated = counting_batches(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="mice_exp.cache"):
+        resumed = run_llm_stage(tiny_cfg(), Paths(root=PACKAGE_ROOT, cache=copy.parent.parent), llm=tiny_llm)
+    assert resumed == copy
+    warning = next(r.getMessage() for r in caplog.records if damaged in r.getMessage())
+    assert f"{copy / damaged} is damaged" in warning and "set aside" in warning
+    assert (copy / f"{damaged}.damaged").exists()
+    assert generated == ([] if damaged == "done.json" else [2])  # one shard of 2 calls, or nothing
+    assert load_records(resumed) == load_records(intact)
+    np.testing.assert_array_equal(load_arrays(resumed, "mean_pool"), load_arrays(intact, "mean_pool"))
+
+
+def test_a_truncated_demos_file_is_recomputed(intact, copy, tiny_llm, caplog):
+    for shard in copy.glob("shard-00002.*"):
+        shard.unlink()
+    (copy / "done.json").unlink()
+    truncate(copy / "demos.json")
+    with caplog.at_level(logging.WARNING, logger="mice_exp.cache"):
+        resumed = run_llm_stage(tiny_cfg(), Paths(root=PACKAGE_ROOT, cache=copy.parent.parent), llm=tiny_llm)
+    assert any("demos.json is damaged" in r.getMessage() for r in caplog.records)
+    assert load_records(resumed) == load_records(intact)
+
+
+def test_a_truncated_feature_cache_is_set_aside_and_recomputed(intact, tmp_path, monkeypatch, caplog):
+    import mice_exp.features as features
+
+    records = load_records(intact)
+    calls: list[int] = []
+    monkeypatch.setattr(features, "bertscore_matrix",
+                        lambda rows, encoder: calls.append(len(rows)) or np.arange(len(rows) * 3.0).reshape(-1, 3))
+    first = cached_bertscore(intact, tmp_path, records, {"model": "encoder", "num_layers": 1})
+    (cached,) = tmp_path.glob("*.npz")
+    truncate(cached)
+    with caplog.at_level(logging.WARNING, logger="mice_exp.cache"):
+        again = cached_bertscore(intact, tmp_path, records, {"model": "encoder", "num_layers": 1})
+    assert calls == [6, 6] and np.array_equal(first, again)
+    assert any(f"{cached} is damaged" in r.getMessage() for r in caplog.records)
+    assert cached.with_name(cached.name + ".damaged").exists()
