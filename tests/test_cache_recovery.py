@@ -3,14 +3,21 @@ as ``*.damaged`` and only what it held is recomputed: the records end identical 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import mice_exp.llm.stage as stage
+from conftest import cache_sharing_models
 from mice_exp.commands import compose_config
 from mice_exp.features import cached_bertscore
 from mice_exp.llm.stage import load_arrays, load_records, run_llm_stage
@@ -98,3 +105,45 @@ def test_a_truncated_feature_cache_is_set_aside_and_recomputed(intact, tmp_path,
     assert calls == [6, 6] and np.array_equal(first, again)
     assert any(f"{cached} is damaged" in r.getMessage() for r in caplog.records)
     assert cached.with_name(cached.name + ".damaged").exists()
+
+
+def thirty_calls(folder: Path) -> Path:
+    """STE-shaped data with 30 calls: each fixture query five times, reworded."""
+    data = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    bigger = {api: [{**item, "query": f"{item['query']} ({n})"} for item in items for n in range(5)]
+              for api, items in data.items()}
+    path = folder / "ste_30.json"
+    path.write_text(json.dumps(bigger), encoding="utf-8")
+    return path
+
+
+def llm_stage_process(data: Path, cache: Path) -> subprocess.Popen:
+    """``mice-exp stage=llm`` on tiny_random in its own process (this checkout, one thread)."""
+    args = ["llm=tiny_random", f"dataset.path={data}", "llm.batch_size=2", "llm.max_new_tokens=16", "prompt.k_demos=2",
+            f"paths.cache={cache}", "stage=llm", "tracking.enabled=false", f"hydra.run.dir={cache / 'outputs'}"]
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "mice_exp", *args], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_stage_resumes_to_the_records_of_an_uninterrupted_one(tmp_path):
+    data = thirty_calls(tmp_path)
+    killed, whole = cache_sharing_models(tmp_path / "killed"), cache_sharing_models(tmp_path / "whole")
+    process = llm_stage_process(data, killed)
+    deadline = time.monotonic() + 300
+    while not list(killed.glob("llm/*/shard-00000.jsonl")):
+        assert process.poll() is None and time.monotonic() < deadline, "no shard was written"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    (partial,) = killed.glob("llm/*")
+    assert not (partial / "done.json").exists(), "the stage finished before it could be killed"
+    kept = len(load_records(partial))
+    assert llm_stage_process(data, killed).wait() == 0
+    assert llm_stage_process(data, whole).wait() == 0
+    (uninterrupted,) = whole.glob("llm/*")
+    assert 0 < kept < 30 and uninterrupted.name == partial.name
+    assert load_records(partial) == load_records(uninterrupted)
+    for name in ("mean_pool", "last_token", "first_token"):
+        np.testing.assert_array_equal(load_arrays(partial, name), load_arrays(uninterrupted, name))

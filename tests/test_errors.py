@@ -17,22 +17,18 @@ from pathlib import Path
 
 import pytest
 
+from conftest import cache_sharing_models
 from mice_exp.commands import compose_config
 from mice_exp.config import check_config
 from mice_exp.paths import PACKAGE_ROOT
 from mice_exp.run import as_plain
 
 FIXTURE = PACKAGE_ROOT / "tests" / "fixtures" / "ste_tiny.json"
-MODELS = PACKAGE_ROOT / ".cache" / "models"
 
 
 def base(tmp: Path, cache: Path | None = None) -> list[str]:
     """A tiny_random run on 6 calls whose cache reuses the project's converted tokenizer."""
-    cache = cache or tmp / "cache"
-    cache.mkdir(parents=True, exist_ok=True)
-    if not (cache / "models").exists():
-        MODELS.mkdir(parents=True, exist_ok=True)
-        (cache / "models").symlink_to(MODELS)
+    cache = cache_sharing_models(cache or tmp / "cache")
     return ["llm=tiny_random", f"dataset.path={FIXTURE}", "llm.batch_size=2", "llm.max_new_tokens=4",
             "prompt.k_demos=1", f"paths.cache={cache}", "tracking.enabled=false", f"hydra.run.dir={tmp / 'out'}"]
 
