@@ -22,8 +22,8 @@ import numpy as np
 from filelock import FileLock
 from tqdm.auto import tqdm
 
-from mice_exp.cache import (read_intact, read_json, read_json_if, read_jsonl, read_npz, set_aside, stable_hash,
-                            write_guard, write_json, write_jsonl, write_npz)
+from mice_exp.cache import (read_intact, read_json, read_json_if, read_jsonl, read_npz, stable_hash, write_guard,
+                            write_json, write_jsonl, write_npz)
 from mice_exp.data import Example, load_dataset
 from mice_exp.data.labels import is_correct
 from mice_exp.data.retrieval import SentenceEncoder, rank_demos
@@ -134,20 +134,17 @@ def run_llm_stage(cfg: Mapping[str, Any], paths: Paths, llm: Any = None) -> Path
 
 
 def _set_aside_damaged(out: Path) -> None:
-    """Set aside a truncated shard (both its files) or done.json, so the run recomputes that and nothing else."""
+    """A damaged shard file or done.json is set aside with a warning (:func:`read_intact`); dropping its
+    shard's completion mark (the jsonl) and done.json makes the run regenerate that shard and nothing else."""
     damaged = False
     for jsonl in _shards(out):
-        npz = jsonl.with_suffix(".npz")
-        if read_intact(jsonl, read_jsonl) is None or read_intact(npz, read_npz) is None:
-            for path in (jsonl, npz):
-                if path.exists():
-                    set_aside(path, "its shard is incomplete")
+        if read_intact(jsonl, read_jsonl) is None or read_intact(jsonl.with_suffix(".npz"), read_npz) is None:
+            jsonl.unlink(missing_ok=True)
             damaged = True
-    done = out / "done.json"
-    if damaged and done.exists():
-        set_aside(done, "a shard of it was damaged")
-    elif not damaged:
-        read_intact(done, read_json)
+    if damaged:
+        (out / "done.json").unlink(missing_ok=True)
+    else:
+        read_intact(out / "done.json", read_json)
 
 
 def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Path, llm: Any) -> None:
