@@ -19,7 +19,7 @@ from mice_exp.data.retrieval import SentenceEncoder, rank_demos
 from mice_exp.llm.capture import generate_batch, generate_plain, lens_argmax
 from mice_exp.llm.model import load_llm
 from mice_exp.llm.prompt import build_prompt
-from mice_exp.llm.stage import select_examples
+from mice_exp.data import select_examples
 from mice_exp.paths import paths_from
 
 

@@ -29,13 +29,17 @@ def _fail(error: UserError) -> None:
 
 
 def main() -> None:
-    from mice_exp.commands import COMMANDS
+    from mice_exp.commands import COMMANDS, USAGE, check_command
+    from mice_exp.compose import HELP_FLAGS
 
     argv = sys.argv[1:]
     try:
-        if argv and argv[0] in COMMANDS:
+        if argv and argv[0] in HELP_FLAGS:
+            print(USAGE)
+        elif argv and argv[0] in COMMANDS:
             COMMANDS[argv[0]](argv[1:])
         else:
+            check_command(argv)
             hydra_app()
     except UserError as error:
         _fail(error)

@@ -13,13 +13,13 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from mice_exp.compose import as_plain
+from mice_exp.config import check_cache, check_config, check_data
 from mice_exp.errors import UserError
+from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.records import StageOutput, read_records_file, read_stage
 from mice_exp.paths import Paths, paths_from
 from mice_exp.tracking import schema
 from mice_exp.tracking.sweeps import config_hash, finished_run_with_config
-
-STAGES = ("llm", "all")
 
 
 def label_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -118,7 +118,7 @@ def confidence_sources(cfg: dict[str, Any], paths: Paths, stage: StageOutput) ->
         return {n: np.array([np.nan if v is None else v for v in stage.sources[n]], dtype=np.float64) for n in names}
     from mice_exp.llm.model import load_llm
     from mice_exp.llm.sources import compute_source, load_source
-    from mice_exp.llm.stage import select_examples
+    from mice_exp.data import select_examples
 
     examples = {e.id: e for e in select_examples(cfg["dataset"], paths).examples}
     llm = load_llm(cfg["llm"], paths.models)
@@ -170,27 +170,6 @@ def _estimate(cfg: dict[str, Any], paths: Paths, stage: StageOutput, tracker) ->
     return metrics | {"objective": rows[-1].metrics[schema.OBJECTIVE]}
 
 
-def check_config(cfg: dict[str, Any]) -> None:
-    """Reject invalid values before anything expensive runs (each check raises a one-line UserError)."""
-    from mice_exp.estimation import estimator_config, risks_from
-    from mice_exp.features import check_features
-    from mice_exp.llm.model import check_dtype
-    from mice_exp.llm.sources import SOURCES
-    from mice_exp.protocols import get_protocol
-
-    if cfg.get("stage", "all") not in STAGES:
-        raise UserError(f"stage={cfg.get('stage')!r}; expected one of {', '.join(STAGES)}")
-    check_dtype(cfg["llm"].get("dtype", "float32"))
-    get_protocol(cfg["protocol"]["name"])
-    risks_from(cfg["risk"])
-    for name in [*cfg["compare_with"], *([cfg["estimator"]["base"]] if cfg["estimator"].get("base") else [])]:
-        estimator_config(name, cfg["seed"])
-    check_features(cfg["features"])
-    unknown = set(cfg["sources"]["use"]) - set(SOURCES)
-    if unknown:
-        raise UserError(f"sources.use={cfg['sources']['use']}; expected some of {', '.join(SOURCES)}")
-
-
 def finished_before(cfg: dict[str, Any], paths: Paths, sweep: str) -> str | None:
     """The id of a FINISHED MLflow run with the same resolved config, so a re-run or resumed sweep skips
     it; the run is tagged as reused by ``sweep``, so the sweep's report still finds it."""
@@ -213,7 +192,10 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
 
     cfg = as_plain(cfg)
     check_config(cfg)
+    if not cfg["llm"].get("records"):  # the dtype auto picks, in the params, the config hash and the gate
+        cfg["llm"]["dtype"] = resolve_dtype(cfg["llm"]["dtype"], cfg["llm"]["device"])
     paths = paths_from(cfg["paths"])
+    check_cache(paths.cache)
     tags = {**schema.job_tags(cfg), schema.CONFIG_HASH_TAG: config_hash(cfg), **hydra_tags()}
     in_sweep = schema.SWEEP_TAG in tags  # only sweep jobs skip; a single run always runs
     done = finished_before(cfg, paths, tags[schema.SWEEP_TAG]) if in_sweep and not cfg.get("force") else None
@@ -222,6 +204,7 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
         return {"run_id": done, "skipped": True}
     run_name = f"{cfg['llm']['name']}/{cfg['features']['name']}/{cfg['estimator']['key']}/{cfg['protocol']['name']}"
     with tracked_run(cfg["tracking"], paths.root, run_name=run_name, params=cfg, tags=tags) as tracker:
+        check_data(cfg, paths)
         stage = load_stage(cfg, paths)
         print("\n" + llm_summary(cfg["llm"]["display"], stage.records))
         info = stage.info

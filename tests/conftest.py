@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -10,6 +11,15 @@ from mice_exp.paths import PACKAGE_ROOT
 
 CONF = PACKAGE_ROOT / "conf"
 MODELS_CACHE = PACKAGE_ROOT / ".cache" / "models"
+
+
+def cache_sharing_models(folder: Path) -> Path:
+    """A fresh cache folder whose models/ is the project's, so the tokenizer is converted once for all tests."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "models").exists():
+        MODELS_CACHE.mkdir(parents=True, exist_ok=True)
+        (folder / "models").symlink_to(MODELS_CACHE)
+    return folder
 
 
 def llm_conf(name: str) -> dict:

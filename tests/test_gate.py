@@ -21,7 +21,8 @@ from mice_exp.estimators import MiceLogisticRegression
 from mice_exp.features import build_features
 from mice_exp.gate import Gate, parse_query, read_queries, read_spec, save_gate
 from mice_exp.llm.records import read_stage
-from mice_exp.llm.stage import run_llm_stage, select_examples
+from mice_exp.data import select_examples
+from mice_exp.llm.stage import run_llm_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
 
 FIXTURES = PACKAGE_ROOT / "tests" / "fixtures"

@@ -9,6 +9,7 @@ import pytest
 
 import mice_exp.llm.stage as stage
 from mice_exp.compose import as_plain, compose_config
+from mice_exp.data import select_examples
 from mice_exp.llm.records import read_stage
 from mice_exp.llm.stage import run_llm_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
@@ -75,7 +76,7 @@ def test_a_finished_stage_is_reused_not_recomputed(finished, tiny_llm, monkeypat
 def test_estimator_settings_do_not_change_the_key(finished):
     cache = finished.parent.parent
     cfg = tiny_cfg(**{"estimator": "hre", "risk": "high"})
-    selection = stage.select_examples(cfg["dataset"], paths_in(cache))
+    selection = select_examples(cfg["dataset"], paths_in(cache))
     assert stage.stage_dir(cfg, paths_in(cache), selection)[0] == finished
     other = tiny_cfg(**{"prompt.k_demos": 1})
     assert stage.stage_dir(other, paths_in(cache), selection)[0] != finished

@@ -8,7 +8,8 @@ import pytest
 import mice_exp.llm.sources as sources
 from mice_exp.llm.sources import compute_source, load_source, option_token_ids, parse_percent
 from mice_exp.llm.records import read_stage
-from mice_exp.llm.stage import run_llm_stage, select_examples
+from mice_exp.data import select_examples
+from mice_exp.llm.stage import run_llm_stage
 from tests.test_llm_stage import paths_in, tiny_cfg
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mice_exp.compose import compose_config
 from mice_exp.data.records import Example
-from mice_exp.llm.stage import select_examples
+from mice_exp.data import select_examples
 from mice_exp.paths import paths_from
 
 N, SKIP_APIS = 100, 3

@@ -7,6 +7,7 @@ pipeline only sees :class:`Example`, so adding a data set means adding a loader 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,11 @@ from omegaconf.errors import MissingMandatoryValue
 from mice_exp.data.bfcl import load_bfcl
 from mice_exp.data.jsonl import load_jsonl
 from mice_exp.data.records import Example
-from mice_exp.data.splits import select_apis
+from mice_exp.data.splits import assign_splits, select_apis
 from mice_exp.data.ste import load_ste, resolve_ste_path
-from mice_exp.errors import UserError
+from mice_exp.errors import UserError, expect
 
-__all__ = ["Example", "load_dataset"]
+__all__ = ["Example", "Selection", "load_dataset", "select_examples"]
 
 DATASETS = ("bfcl", "jsonl", "ste")
 
@@ -33,16 +34,17 @@ def load_dataset(cfg: Mapping[str, Any], project_root: Path, cache_dir: Path) ->
     name = _get(cfg, "name")
     if name == "ste":
         path = resolve_ste_path(_get(cfg, "path"), project_root, cache_dir, _get(cfg, "url"), _get(cfg, "sha256"))
-        examples = load_ste(path)
+        examples, source = load_ste(path), f"dataset.path={str(path)!r}"
     elif name == "bfcl":
-        examples = load_bfcl(_get(cfg, "categories"))
+        examples, source = load_bfcl(_get(cfg, "categories")), f"dataset.categories={_get(cfg, 'categories')}"
     elif name == "jsonl":
         path = _get(cfg, "path")
         if path is None:
             raise UserError("dataset.path is null; expected the path of a JSON-lines file")
-        examples = load_jsonl(project_root / Path(path))
+        examples, source = load_jsonl(project_root / Path(path)), f"dataset.path={str(path)!r}"
     else:
         raise UserError(f"dataset.name={name!r}: expected one of {list(DATASETS)}")
+    expect(bool(examples), f"{source}: no examples; expected at least one tool call")
     return select_apis(examples, cfg.get("apis"), cfg.get("max_apis"))
 
 
@@ -52,3 +54,17 @@ def _get(cfg: Mapping[str, Any], key: str) -> Any:
         return cfg[key]
     except (KeyError, MissingMandatoryValue) as error:
         raise UserError(f"dataset.{key} is not set; add it to the dataset config or pass dataset.{key}=...") from error
+
+
+@dataclass
+class Selection:
+    """The examples of a run with their split names."""
+
+    examples: list[Example]
+    splits: dict[str, str]
+
+
+def select_examples(dataset_cfg: Mapping[str, Any], paths: Any) -> Selection:
+    """The configured data set's examples and their splits (``paths``: a :class:`mice_exp.paths.Paths`)."""
+    examples = load_dataset(dataset_cfg, paths.root, paths.data)
+    return Selection(examples, assign_splits(examples, dataset_cfg["split"], int(dataset_cfg["seed"])))

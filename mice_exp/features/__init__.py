@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import numpy as np
 from filelock import FileLock
 
-from mice_exp.cache import read_npz, stable_hash, write_npz
+from mice_exp.cache import read_intact, read_npz, stable_hash, write_npz
 from mice_exp.errors import UserError
 from mice_exp.features.bertscore import bertscore_matrix, encoder_id
 from mice_exp.features.layers import NAMED, select_layers
@@ -65,13 +65,14 @@ def cached_bertscore(stage: StageOutput, features_cache: Path | None, encoder: M
     if features_cache is None:
         return bertscore_matrix(records, encoder)
     path = features_cache / f"{stage.key}-bertscore-{stable_hash(encoder_id(encoder))}.npz"
-    if not path.exists():
+    stored = read_intact(path, read_npz)  # a damaged file is set aside and recomputed
+    if stored is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock"):
-            if not path.exists():
-                ids = np.array([r["id"] for r in records])
-                write_npz(path, {"ids": ids, "f1": bertscore_matrix(records, encoder)})
-    stored = read_npz(path)
+            stored = read_intact(path, read_npz)  # another job may have computed it meanwhile
+            if stored is None:
+                stored = {"ids": np.array([r["id"] for r in records]), "f1": bertscore_matrix(records, encoder)}
+                write_npz(path, stored)
     if list(stored["ids"]) != [r["id"] for r in records]:
         raise UserError(f"{path} does not match the LLM-stage records; delete it to recompute")
     return stored["f1"]
@@ -97,9 +98,11 @@ def build_features(cfg: Mapping[str, Any], stage: StageOutput, features_cache: P
     splits = np.array([r["split"] for r in records])
     scores = None
     if view == "bertscore":
-        scores = cached_bertscore(stage, features_cache, cfg["encoder"])
         layers = select_layers(cfg["layers"], list(range(1, n_layers)), n_layers)
-        X, columns = scores[:, [i - 1 for i in layers]], [f"bertscore_L{i}" for i in layers]
+        if layers:  # confidence only (layers: none) needs no encoder
+            scores = cached_bertscore(stage, features_cache, cfg["encoder"])
+        X, columns = (scores[:, [i - 1 for i in layers]] if layers else np.zeros((len(records), 0)),
+                      [f"bertscore_L{i}" for i in layers])
     else:
         pooled = stage.arrays("mean_pool")
         if view == "cosine":

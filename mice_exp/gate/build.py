@@ -14,7 +14,7 @@ from mice_exp.paths import Paths
 
 def demo_pool(cfg: Mapping[str, Any], paths: Paths) -> list:
     """The run's examples: the pool its LLM stage retrieved demonstrations from."""
-    from mice_exp.llm.stage import select_examples
+    from mice_exp.data import select_examples
 
     return select_examples(cfg["dataset"], paths).examples
 
@@ -23,7 +23,7 @@ def fit_gate(cfg: Mapping[str, Any], folder: str | Path, paths: Paths | None = N
     """Fit the configured estimator on the training split and save the gate to ``folder``.
 
     ``cfg`` is a resolved config the pipeline accepted (:func:`mice_exp.compose.as_plain`, then
-    :func:`mice_exp.run.check_config`): the gate builds on the pipeline, not the other way round.
+    :func:`mice_exp.config.check_config`): the gate builds on the pipeline, not the other way round.
     The LLM stage and the feature view come from their caches when a run already computed them
     (same config), otherwise they are computed here exactly as ``mice-exp`` would.
     """

@@ -38,9 +38,15 @@ def summarize(answers: Sequence[dict], seconds: float, tau: float, risk: str) ->
 
 
 def gate(argv: Sequence[str]) -> None:
-    from mice_exp.compose import as_plain, compose_config
+    from mice_exp.compose import as_plain, compose_config, wants_help
+
+    if wants_help(argv):
+        print(USAGE)
+        return
+    from mice_exp.config import check_config
     from mice_exp.gate.gate import Gate
     from mice_exp.gate.queries import read_queries
+    from mice_exp.llm.precision import resolve_dtype
     from mice_exp.paths import paths_from
 
     opts: dict[str, str] = {}
@@ -59,6 +65,8 @@ def gate(argv: Sequence[str]) -> None:
     if opts.get("batch_size") and not opts["batch_size"].isdigit():
         raise UserError(f"batch_size={opts['batch_size']!r}; expected a positive integer")
     cfg = as_plain(compose_config(overrides))
+    check_config(cfg)  # the values a gate uses (risk, llm, features) fail as in the main command
+    cfg["llm"]["dtype"] = resolve_dtype(cfg["llm"]["dtype"], cfg["llm"]["device"])  # as the run that saved it
     groups = {_group(o) for o in overrides}
     given = {o.split("=", 1)[0] for o in overrides}
     device = opts.get("device") or (cfg["llm"]["device"] if "llm.device" in given else None)

@@ -10,6 +10,7 @@ import torch
 
 from mice_exp.errors import UserError
 from mice_exp.llm.assets import converted_dir
+from mice_exp.llm.precision import resolve_dtype
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -94,7 +95,7 @@ def load_llm(cfg: Mapping[str, Any], models_cache: Path) -> LLM:
 
     source = cfg["source"]
     kind = source["kind"]
-    dtype = check_dtype(cfg.get("dtype", "float32"))
+    dtype = check_dtype(resolve_dtype(cfg.get("dtype", "float32"), cfg.get("device", "cpu")))
     device = resolve_device(cfg.get("device", "cpu"))
     if kind == "gguf_package":
         folder = converted_dir(source, models_cache)

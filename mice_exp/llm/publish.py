@@ -22,9 +22,10 @@ def default_path(cfg: Mapping[str, Any], root: Path) -> Path:
 def publish_records(cfg: Mapping[str, Any], path: Path | None = None) -> Path:
     """Write the configured LLM stage's records (computing or resuming the stage if needed) with
     every source in ``sources.use`` (computed if missing, which loads the LLM)."""
+    from mice_exp.data import select_examples
     from mice_exp.llm.model import load_llm
     from mice_exp.llm.sources import compute_source, load_source
-    from mice_exp.llm.stage import run_llm_stage, select_examples
+    from mice_exp.llm.stage import run_llm_stage
 
     paths = paths_from(cfg["paths"])
     out = run_llm_stage(cfg, paths)

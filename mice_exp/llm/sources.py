@@ -30,9 +30,9 @@ from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids, left_pad, sample_ids, truncate
 from mice_exp.llm.model import LLM
 from mice_exp.llm.prompt import chat_messages, load_template, plain_text
+from mice_exp.llm.records import SOURCES
 from mice_exp.llm.toolcall import parse_call
 
-SOURCES = ("p_true", "verbalized", "consistency", "acts")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 

@@ -22,14 +22,15 @@ import numpy as np
 from filelock import FileLock
 from tqdm.auto import tqdm
 
-from mice_exp.cache import read_json_if, stable_hash, write_json, write_jsonl, write_npz
-from mice_exp.data import Example, load_dataset
+from mice_exp.cache import (read_intact, read_json, read_jsonl, read_npz, stable_hash, write_guard, write_json,
+                            write_jsonl, write_npz)
+from mice_exp.data import Example, Selection, select_examples
 from mice_exp.data.labels import is_correct
 from mice_exp.data.retrieval import SentenceEncoder, rank_demos
-from mice_exp.data.splits import assign_splits
 from mice_exp.llm.capture import Generation, generate_batch
+from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import Prompt, build_prompt
-from mice_exp.llm.records import read_stage, summarise
+from mice_exp.llm.records import read_stage, shards, summarise
 from mice_exp.llm.toolcall import content_mask, find_spans, parse_call
 from mice_exp.paths import Paths
 
@@ -37,20 +38,6 @@ K = TypeVar("K")
 STAGE_VERSION = 1
 log = logging.getLogger(__name__)
 LLM_KEYS = ("source", "dtype", "batch_size", "max_new_tokens", "context_window", "store_token_states")
-
-
-@dataclass
-class Selection:
-    """The examples of a run with their split names."""
-
-    examples: list[Example]
-    splits: dict[str, str]
-
-
-def select_examples(dataset_cfg: Mapping[str, Any], paths: Paths) -> Selection:
-    examples = load_dataset(dataset_cfg, paths.root, paths.data)
-    splits = assign_splits(examples, dataset_cfg["split"], int(dataset_cfg["seed"]))
-    return Selection(examples, splits)
 
 
 def stage_key(cfg: Mapping[str, Any], selection: Selection, device: str) -> dict[str, Any]:
@@ -62,7 +49,8 @@ def stage_key(cfg: Mapping[str, Any], selection: Selection, device: str) -> dict
         "splits": stable_hash(sorted(selection.splits.items())),
         "retrieval": dict(cfg["retrieval"]),
         "prompt": dict(cfg["prompt"]),
-        "llm": {k: cfg["llm"][k] for k in LLM_KEYS if k in cfg["llm"]} | {"device": device},
+        "llm": {k: cfg["llm"][k] for k in LLM_KEYS if k in cfg["llm"]}
+        | {"device": device, "dtype": resolve_dtype(cfg["llm"].get("dtype", "float32"), device)},
     }
 
 
@@ -125,7 +113,7 @@ def run_batch(llm: Any, batch: Sequence[K], examples: Mapping[K, Example], split
 
 
 def _demos(out: Path, cfg: Mapping[str, Any], examples: list[Example], k: int) -> dict[str, list[str]]:
-    cached = read_json_if(out / "demos.json")
+    cached = read_intact(out / "demos.json", read_json)
     if cached is not None:
         return cached
     encoder = SentenceEncoder(cfg["retrieval"]["model"], device=cfg["retrieval"].get("device", "cpu"))
@@ -141,6 +129,7 @@ def run_llm_stage(cfg: Mapping[str, Any], paths: Paths, llm: Any = None) -> Path
     """
     selection = select_examples(cfg["dataset"], paths)
     out, key = stage_dir(cfg, paths, selection)
+    _set_aside_damaged(out)
     if (out / "done.json").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -149,8 +138,23 @@ def run_llm_stage(cfg: Mapping[str, Any], paths: Paths, llm: Any = None) -> Path
             return out
         write_json(out / "meta.json", key)
         log.info("computing the LLM stage in %s", out)
-        _compute(cfg, paths, selection, out, llm)
+        with write_guard(out, lambda: f"{len(shards(out))} complete shards kept in {out}; a re-run resumes"):
+            _compute(cfg, paths, selection, out, llm)
     return out
+
+
+def _set_aside_damaged(out: Path) -> None:
+    """A damaged shard file or done.json is set aside with a warning (:func:`read_intact`); dropping its
+    shard's completion mark (the jsonl) and done.json makes the run regenerate that shard and nothing else."""
+    damaged = False
+    for jsonl in shards(out):
+        if read_intact(jsonl, read_jsonl) is None or read_intact(jsonl.with_suffix(".npz"), read_npz) is None:
+            jsonl.unlink(missing_ok=True)
+            damaged = True
+    if damaged:
+        (out / "done.json").unlink(missing_ok=True)
+    else:
+        read_intact(out / "done.json", read_json)
 
 
 def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Path, llm: Any) -> None:

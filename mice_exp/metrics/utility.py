@@ -19,6 +19,8 @@ def mbr_threshold(tp: float, fp: float, tn: float, fn: float) -> float:
     Rounded to 12 decimals so that utilities written as fractions give the decimal threshold
     they stand for (fp = -1/9 gives 0.1, not 0.0999...), keeping ties p == tau on the abstain side.
     """
+    if not all(np.isfinite([tp, fp, tn, fn])):
+        raise ValueError(f"utilities must be finite numbers; got tp={tp}, fp={fp}, tn={tn}, fn={fn}")
     execute_gain, avoid_gain = tp - fn, tn - fp
     if execute_gain <= 0 or avoid_gain <= 0:
         raise ValueError(

@@ -32,6 +32,7 @@ from matplotlib.figure import Figure
 from mice_exp.errors import UserError
 from mice_exp.paths import project_root
 from mice_exp.report import plots, tables
+from mice_exp.report.arguments import DEFAULT_EXPERIMENT, parse_args
 from mice_exp.report.collect import (
     Predictions,
     RunRecord,
@@ -46,7 +47,6 @@ from mice_exp.tracking.schema import PARENT_TAG, REPORT_TAG, SWEEP_TAG
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_EXPERIMENT = "mice_exp"
 ARTIFACT_DIR = "report"
 MARKDOWN_FILE = "results.md"
 CSV_FILE = "results.csv"
@@ -172,33 +172,6 @@ def log_report(client, report: Report, folder: Path, root: Path) -> str:
         if created:
             client.set_terminated(run_id, status)
     return run_id
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="mice-exp report",
-        description="Tables (MICE Table 1, feature ablation) and figures from the FINISHED runs in MLflow.",
-    )
-    parser.add_argument("--experiment", default=None,
-                        help=f"MLflow experiment to read (default {DEFAULT_EXPERIMENT}; with --sweep and no "
-                             "--experiment, every experiment is searched)")
-    parser.add_argument("--sweep", default=None,
-                        help="only runs tagged sweep=SWEEP (a multirun folder such as multirun/2025-01-01/12-00-00)")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI (default: the project's sqlite:///<root>/mlruns/mlflow.db)")
-    parser.add_argument("--features", default=None,
-                        help=f"feature set of Table 1 (default {tables.DEFAULT_FEATURES} when present, else the "
-                             "one with most runs)")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--preset", default=None, help="also write the files into experiments/PRESET/")
-    where.add_argument("--out", default=None, help="also write the files into DIR")
-    parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
-    try:
-        return parser.parse_args(list(argv))
-    except SystemExit as stop:
-        if stop.code not in (0, None):
-            raise UserError("invalid arguments for `mice-exp report` (see `mice-exp report --help`)") from None
-        raise
 
 
 def output_folder(args: argparse.Namespace, root: Path) -> Path | None:

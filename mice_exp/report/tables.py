@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from mice_exp.report.arguments import DEFAULT_FEATURES
 from mice_exp.report.collect import RunRecord
 from mice_exp.tracking.schema import MARKS, baseline_key, pvalue_key
 from mice_exp.tracking.schema import TABLE_METRICS as METRICS
@@ -34,8 +35,6 @@ LOWER_IS_BETTER = frozenset({"smece"})
 ALPHA = 0.05
 DECIMALS = 3
 
-#: The features of the paper's main table (the default config's) when more than one was run.
-DEFAULT_FEATURES = "bertscore"
 #: Display names of reference rows (the runs' own ``estimator.name`` params win when present).
 ESTIMATOR_NAMES = {"raw": "Raw Confidence", "hre": "HRE", "nwkr": "NWKR", "platt": "Platt Scaling",
                    "isotonic": "Isotonic", "temperature": "Temperature Scaling",

@@ -32,8 +32,10 @@ from mice_exp.tracking.params import (
     sanitize_key,
     truncate,
 )
+from mice_exp.errors import UserError
 from mice_exp.tracking.schema import SWEEP_TAG
 from mice_exp.tracking.store import (
+    TrackingUnavailable,
     artifact_location,
     experiment_id,
     experiment_name,
@@ -276,11 +278,23 @@ def tracked_run(
         return
     root = Path(root).resolve()
     uri = tracking_uri(section, root)
-    client = open_client(uri)
-    exp_id = experiment_id(client, uri, experiment_name(section), artifact_location(section, root))
-    run_tags = {**_base_tags(root), **{k: v for k, v in (tags or {}).items() if v is not None}}
-    run_tags = {sanitize_key(str(k)): truncate(str(v), MAX_TAG_VALUE_LENGTH) for k, v in run_tags.items()}
-    info = client.create_run(exp_id, run_name=run_name, tags=run_tags).info
+    try:
+        raw = open_client(uri)
+        exp_id = experiment_id(raw, uri, experiment_name(section), artifact_location(section, root))
+        run_tags = {**_base_tags(root), **{k: v for k, v in (tags or {}).items() if v is not None}}
+        run_tags = {sanitize_key(str(k)): truncate(str(v), MAX_TAG_VALUE_LENGTH) for k, v in run_tags.items()}
+        info = raw.create_run(exp_id, run_name=run_name, tags=run_tags).info
+        failure = None
+    except UserError as error:
+        if not isinstance(error, TrackingUnavailable):
+            raise
+        failure = error
+    except Exception as error:  # noqa: BLE001 - whatever the store raised, the job runs untracked
+        failure = _unavailable(uri, error)
+    if failure is not None:  # the job still runs and prints its results; nothing is logged
+        yield NullRun()
+        raise UserError(f"{failure}; nothing was logged to MLflow (the results above were computed)")
+    client = _Guarded(raw, uri)
     run = TrackedRun(client, info.run_id, exp_id, info.artifact_uri)
     status = "FINISHED"
     try:
@@ -288,6 +302,9 @@ def tracked_run(
             run.log_params(params)
             run.log_dict(params, "config.yaml")
         yield run
+    except TrackingUnavailable as error:
+        status = "FAILED"
+        raise UserError(f"{error}; the rest of this run was not logged to MLflow (the results above stand)") from None
     except BaseException as error:
         status = _end_status(error)
         if status != "FINISHED":
@@ -296,10 +313,41 @@ def tracked_run(
     finally:
         try:
             client.set_terminated(run.run_id, status)
+        except TrackingUnavailable:
+            pass  # already reported as the run's error
         except Exception:
             logger.exception("could not end MLflow run %s as %s", run.run_id, status)
             if status == "FINISHED":
                 raise  # nothing else is propagating: do not hide that the run was left open
+
+
+class _Guarded:
+    """An MlflowClient whose failures (a store gone read-only, a server gone down) become
+    :class:`TrackingUnavailable`, so a run reports them in one line instead of a traceback per retry."""
+
+    def __init__(self, client: MlflowClient, uri: str):
+        self._client = client
+        self._uri = uri
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attribute(*args, **kwargs)
+            except UserError:
+                raise
+            except Exception as error:
+                raise _unavailable(self._uri, error) from None
+        return call
+
+
+def _unavailable(uri: str, error: Exception) -> TrackingUnavailable:
+    first = (str(error).strip().splitlines() or [""])[0][:200]
+    return TrackingUnavailable(f"the MLflow store {uri} failed ({type(error).__name__}: {first}); "
+                               "expected a writable store or a running server, or tracking.enabled=false")
 
 
 def _record_error(run: TrackedRun, error: BaseException) -> None:

@@ -22,13 +22,16 @@ MLflow is imported only here and only when tracking is enabled, since importing 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
+from mice_exp.cache import unwritable
 from mice_exp.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,6 +44,10 @@ DB_NAME = "mlflow.db"
 ARTIFACTS_DIR = "artifacts"
 LOCK_TIMEOUT_S = 600.0
 _SERVER_SCHEMES = ("http://", "https://", "databricks")
+#: The stores MLflow can open (a dialect suffix such as postgresql+psycopg2 is allowed).
+SCHEMES = ("sqlite", "http", "https", "file", "databricks", "postgresql", "mysql", "mssql")
+
+CONNECT_TIMEOUT_S = 5.0
 
 _clients: dict[str, MlflowClient] = {}
 _experiments: dict[tuple[str, str], str] = {}
@@ -83,6 +90,10 @@ def tracking_uri(cfg: Mapping[str, Any], root: Path) -> str:
             f"tracking.uri={uri!r} has no scheme; expected null (the embedded SQLite store under "
             f"<root>/{STORE_DIR}), sqlite:///path/to/mlflow.db, or a server URL such as http://host:5000"
         )
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme not in SCHEMES:
+        raise UserError(f"tracking.uri={uri!r}: unknown scheme {scheme!r}; expected one of "
+                        f"{', '.join(SCHEMES)} (or null for the embedded store)")
     return uri
 
 
@@ -147,11 +158,36 @@ def _new_client(uri: str) -> MlflowClient:
     return client
 
 
+class TrackingUnavailable(UserError):
+    """The store cannot be written or reached: a run goes on untracked and says so at its end."""
+
+
+def check_reachable(uri: str) -> None:
+    """Fail in seconds on a read-only SQLite folder or a server that does not answer (MLflow would
+    retry for minutes, or write half a run)."""
+    db = sqlite_path(uri)
+    if db is not None:
+        problem = unwritable(db.parent) or (db.exists() and not os.access(db, os.W_OK) and f"{db} is read-only")
+        if problem:
+            raise TrackingUnavailable(f"the MLflow store {db.parent} is not writable ({problem}); expected a writable "
+                                      "folder: make it writable, point tracking.uri elsewhere or pass "
+                                      "tracking.enabled=false")
+    elif uri.startswith(("http://", "https://")):
+        parts = urlsplit(uri)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as error:
+            raise TrackingUnavailable(f"tracking.uri={uri}: no MLflow server answers ({error.strerror or error}); "
+                                      "expected a running server, or tracking.enabled=false") from None
+
+
 def open_client(uri: str) -> MlflowClient:
     """A client for ``uri``, opened once per process (migrating an empty SQLite file safely)."""
     with _guard:
         if uri in _clients:
             return _clients[uri]
+    check_reachable(uri)
     db = sqlite_path(uri)
     start = time.perf_counter()
     if db is None:

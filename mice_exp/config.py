@@ -1,0 +1,174 @@
+"""Config validation: every value a user can set is checked before any data or model loads.
+
+Each failure is a one-line :class:`UserError` naming the key, the value given and what is expected,
+so a typo costs seconds, not a model load (or an hour of generation) followed by a traceback.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from mice_exp.errors import UserError, expect
+from mice_exp.llm.precision import DTYPES
+
+STAGES = ("llm", "all")
+RISK_KEYS = ("name", "tp", "fp", "tn", "fn")
+DEVICE = re.compile(r"(cpu|auto|mps|cuda(:\d+)?)")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
+
+
+Rule = tuple[Callable[[Any], bool], str]
+INTEGER: Rule = (_is_int, "an integer")
+POSITIVE_INT: Rule = (lambda v: _is_int(v) and v > 0, "a positive integer")
+NON_NEGATIVE_INT: Rule = (lambda v: _is_int(v) and v >= 0, "a non-negative integer")
+WORKERS: Rule = (lambda v: _is_int(v) and v != 0, "a non-zero integer (-1: every core)")
+FINITE: Rule = (_is_number, "a finite number")
+POSITIVE: Rule = (lambda v: _is_number(v) and v > 0, "a finite number > 0")
+PROBABILITY: Rule = (lambda v: _is_number(v) and 0 < v < 1, "a probability strictly between 0 and 1")
+DEVICES: Rule = (lambda v: isinstance(v, str) and DEVICE.fullmatch(v) is not None, "cpu, cuda, cuda:N, mps or auto")
+DTYPE: Rule = (lambda v: v in DTYPES, f"one of {', '.join(DTYPES)}")
+OPTIONAL_POSITIVE_INT: Rule = (lambda v: v is None or POSITIVE_INT[0](v), "a positive integer or null")
+SIZES: Rule = (lambda v: isinstance(v, list) and bool(v) and all(POSITIVE_INT[0](s) for s in v),
+               "a non-empty list of positive integers")
+
+#: Dotted key -> rule; a key absent from the composed config (another group's option) is skipped.
+RULES: dict[str, Rule] = {
+    "seed": INTEGER,
+    "permutations": NON_NEGATIVE_INT,
+    "n_jobs": WORKERS,
+    "llm.batch_size": POSITIVE_INT,
+    "llm.max_new_tokens": POSITIVE_INT,
+    "llm.context_window": POSITIVE_INT,
+    "llm.dtype": DTYPE,
+    "llm.device": DEVICES,
+    "retrieval.device": DEVICES,
+    "prompt.k_demos": NON_NEGATIVE_INT,
+    "dataset.seed": INTEGER,
+    "dataset.max_apis": OPTIONAL_POSITIVE_INT,
+    "features.components": POSITIVE_INT,
+    "features.encoder.batch_size": POSITIVE_INT,
+    "features.encoder.num_layers": POSITIVE_INT,
+    "features.encoder.device": DEVICES,
+    "risk.tp": FINITE,
+    "risk.fp": FINITE,
+    "risk.tn": FINITE,
+    "risk.fn": FINITE,
+    "protocol.sizes": SIZES,
+    "protocol.trials": POSITIVE_INT,
+    "protocol.n_jobs": WORKERS,
+    "estimator.model.val_fraction": PROBABILITY,
+    "estimator.diagnostics.eps": PROBABILITY,
+    "estimator.diagnostics.min_region": POSITIVE_INT,
+    "sources.verbalized.max_new_tokens": POSITIVE_INT,
+    "sources.consistency.samples": POSITIVE_INT,
+    "sources.consistency.temperature": POSITIVE,
+    "sources.consistency.seed": INTEGER,
+    "sources.consistency.batch_size": POSITIVE_INT,
+}
+
+
+def _lookup(cfg: Mapping[str, Any], key: str) -> tuple[bool, Any]:
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def check_values(cfg: Mapping[str, Any]) -> None:
+    """Every value of :data:`RULES` present in ``cfg``, and the relations between them."""
+    for key, (ok, expected) in RULES.items():
+        present, value = _lookup(cfg, key)
+        expect(not present or ok(value), f"{key}={value!r}; expected {expected}")
+    for key in sorted(set(cfg["risk"]) - set(RISK_KEYS)):
+        raise UserError(f"risk.{key}={cfg['risk'][key]!r}: not a risk setting (tau follows from the utilities); "
+                        f"expected only risk.{', risk.'.join(RISK_KEYS)}")
+    llm = cfg["llm"]
+    expect(llm["context_window"] > llm["max_new_tokens"],
+           f"llm.context_window={llm['context_window']} leaves no room for a prompt after "
+           f"llm.max_new_tokens={llm['max_new_tokens']}; expected context_window > max_new_tokens")
+
+
+def check_model_folder(source: Mapping[str, Any]) -> None:
+    """A local ``llm.source.path`` must hold a model, not be an empty or unrelated folder."""
+    path = Path(str(source.get("path") or "")).expanduser()
+    if source.get("kind") == "pretrained" and path.is_dir():
+        expect((path / "config.json").is_file(),
+               f"llm.source.path={str(path)!r} has no config.json; expected a model folder "
+               "(config.json, tokenizer files and weights)")
+
+
+def check_run_shape(cfg: Mapping[str, Any]) -> None:
+    """Settings that make the estimation impossible whatever the data."""
+    split = cfg["dataset"].get("split") or {}
+    if cfg.get("stage", "all") == "all":
+        expect(split.get("train", 1) != 0, "dataset.split.train=0: the estimators need training calls; "
+                                            "expected dataset.split.train > 0 (or stage=llm)")
+    if cfg["protocol"]["name"] == "loao":
+        apis = cfg["dataset"].get("apis")
+        single = cfg["dataset"].get("max_apis") == 1 or (isinstance(apis, list) and len(apis) == 1)
+        expect(not single, "protocol=loao leaves one API out at a time, so it needs at least 2 APIs; "
+                           "expected dataset.max_apis >= 2 (or null) or protocol=holdout")
+
+
+def check_config(cfg: dict[str, Any]) -> None:
+    """Reject invalid values before anything expensive runs (each check raises a one-line UserError)."""
+    from mice_exp.estimation import estimator_config, risks_from
+    from mice_exp.features import check_features
+    from mice_exp.llm.records import SOURCES
+    from mice_exp.protocols import get_protocol
+    from mice_exp.tracking.store import is_enabled, tracking_uri
+
+    if cfg.get("stage", "all") not in STAGES:
+        raise UserError(f"stage={cfg.get('stage')!r}; expected one of {', '.join(STAGES)}")
+    check_values(cfg)
+    check_model_folder(cfg["llm"]["source"])
+    get_protocol(cfg["protocol"]["name"])
+    risks_from(cfg["risk"])
+    for name in [*cfg["compare_with"], *([cfg["estimator"]["base"]] if cfg["estimator"].get("base") else [])]:
+        estimator_config(name, cfg["seed"])
+    check_features(cfg["features"])
+    unknown = set(cfg["sources"]["use"]) - set(SOURCES)
+    if unknown:
+        raise UserError(f"sources.use={cfg['sources']['use']}; expected some of {', '.join(SOURCES)}")
+    check_run_shape(cfg)
+    if is_enabled(cfg["tracking"]):
+        tracking_uri(cfg["tracking"], Path(cfg["paths"].get("root") or "."))
+
+
+def check_data(cfg: Mapping[str, Any], paths: Any) -> None:
+    """What only the data can tell (an empty training split, a single API under LOAO), before the LLM stage.
+
+    Loading the data set again here costs well under a second; finding out after generation costs the run.
+    """
+    from mice_exp.data import select_examples
+
+    selection = select_examples(cfg["dataset"], paths)
+    if cfg.get("stage", "all") == "all":
+        expect("train" in selection.splits.values(),
+               f"dataset.split={dict(cfg['dataset']['split'])} gives no training calls among the "
+               f"{len(selection.examples)} examples; the estimators need training calls")
+    apis = sorted({e.api for e in selection.examples})
+    if cfg["protocol"]["name"] == "loao":
+        expect(len(apis) >= 2, f"protocol=loao needs at least 2 APIs; the data set has only {apis[0]!r}; "
+                               "expected more APIs or protocol=holdout")
+
+
+def check_cache(cache: Path) -> None:
+    """``paths.cache`` must be writable: the LLM stage, features and models all live there."""
+    from mice_exp.cache import unwritable
+
+    problem = unwritable(cache)
+    expect(problem is None, f"paths.cache={str(cache)!r} is not writable ({problem}); expected a writable "
+                            "folder: make it writable or pass paths.cache=/a/writable/folder")
