@@ -65,6 +65,8 @@ def _log_outputs(tracker, rows, fs, cfg: dict[str, Any]) -> None:
     policies = {name: etcu_curve(policy(y), y, TAU_GRID) for name, policy in TRIVIAL_POLICIES.items()}
     tracker.log_figure(figures.etcu_curves(curves, TAU_GRID, policies, title=cfg["llm"]["display"]),
                        "figures/etcu_curve.png")
+    tracker.log_figure(figures.risk_coverage_curves({row.name: row.p for row in rows}, y, title=cfg["llm"]["display"]),
+                       "figures/risk_coverage.png")
     weights = feature_weights(main, fs.columns)
     if weights is not None:
         tracker.log_figure(figures.feature_weights(fs.columns, weights[0], kind=weights[1], title=main.name),
