@@ -42,4 +42,27 @@ def gate(argv: Sequence[str]) -> None:
     run_gate(argv)
 
 
-COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect, "report": report, "gate": gate}
+def ui(argv: Sequence[str]) -> None:
+    """``mice-exp ui [overrides]``: print the link to the runs table in the Table-1 view, then serve the
+    local store on 127.0.0.1:5000 (a tracking server already has its UI: only the link is printed)."""
+    import subprocess
+    import sys
+
+    from mice_exp.run import as_plain
+    from mice_exp.tracking import ensure_experiment, tracking_uri
+    from mice_exp.tracking.dashboard import LOCAL_UI, experiment_link
+
+    cfg = as_plain(compose_config(list(argv)))
+    root, uri = project_root(), tracking_uri(cfg["tracking"], project_root())
+    experiment = ensure_experiment(cfg["tracking"], root)
+    if experiment is None:
+        raise UserError("tracking.enabled=false: there is no MLflow store to show; expected tracking.enabled=true")
+    print(f"MLflow runs of experiment {cfg['tracking']['experiment']!r}: {experiment_link(uri, experiment)}", flush=True)
+    if uri.startswith(("http://", "https://")):
+        return
+    host, port = LOCAL_UI.removeprefix("http://").split(":")
+    subprocess.run([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", port],
+                   check=False)
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect, "report": report, "gate": gate, "ui": ui}

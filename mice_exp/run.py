@@ -195,6 +195,7 @@ def finished_before(cfg: dict[str, Any], paths: Paths, sweep: str) -> str | None
 def run(cfg: DictConfig | dict) -> dict[str, Any]:
     """Run the configured pipeline and return its metrics (``objective``: the estimator's AUC-ETCU)."""
     from mice_exp.tracking import hydra_tags, tracked_run
+    from mice_exp.tracking.dashboard import run_name
 
     cfg = as_plain(cfg)
     check_config(cfg)
@@ -207,8 +208,7 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
     if done is not None:
         print(f"skipping: MLflow run {done} already FINISHED with this resolved config (force=true re-runs it)")
         return {"run_id": done, "skipped": True}
-    run_name = f"{cfg['llm']['name']}/{cfg['features']['name']}/{cfg['estimator']['key']}/{cfg['protocol']['name']}"
-    with tracked_run(cfg["tracking"], paths.root, run_name=run_name, params=cfg, tags=tags) as tracker:
+    with tracked_run(cfg["tracking"], paths.root, run_name=run_name(tags), params=cfg, tags=tags) as tracker:
         out = run_llm_stage(cfg, paths)
         records = load_records(out)
         print("\n" + llm_summary(cfg["llm"]["display"], records))

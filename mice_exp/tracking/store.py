@@ -199,23 +199,29 @@ def get_or_create_experiment(client: MlflowClient, name: str, location: str | No
 
 
 def experiment_id(client: MlflowClient, uri: str, name: str, location: str | None) -> str:
-    """:func:`get_or_create_experiment`, remembered per process; under the store's lock for SQLite."""
+    """:func:`get_or_create_experiment`, remembered per process; under the store's lock for SQLite.
+    The experiment gets the UI's Table-1 runs view (:mod:`mice_exp.tracking.dashboard`)."""
     key = (uri, name)
     with _guard:
         if key in _experiments:
             return _experiments[key]
+    from mice_exp.tracking.dashboard import ensure_runs_view
+
     experiment = client.get_experiment_by_name(name)
     if experiment is not None and experiment.lifecycle_stage == "active":
         found = experiment.experiment_id
+        ensure_runs_view(client, found)  # writes only into an experiment made before the view existed
     else:
         db = sqlite_path(uri)
         if db is None:
             found = get_or_create_experiment(client, name, location)
+            ensure_runs_view(client, found)
         else:
             from filelock import FileLock
 
             with FileLock(str(db) + ".lock", timeout=LOCK_TIMEOUT_S):
                 found = get_or_create_experiment(client, name, location)
+                ensure_runs_view(client, found)
     with _guard:
         return _experiments.setdefault(key, found)
 
