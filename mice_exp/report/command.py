@@ -221,6 +221,7 @@ def output_folder(args: argparse.Namespace, root: Path) -> Path | None:
 
 def report(argv: Sequence[str]) -> None:
     """``mice-exp report [--experiment NAME | --sweep TAG] [--tracking-uri URI] [--preset NAME | --out DIR]``."""
+    from mice_exp.tracking.dashboard import run_link
     from mice_exp.tracking.store import open_client, tracking_uri
 
     args = parse_args(argv)
@@ -234,7 +235,8 @@ def report(argv: Sequence[str]) -> None:
         staged = result.write(Path(tmp))
         if not args.no_log:
             run_id = log_report(client, result, Path(tmp), root)
-            print(f"logged the report to MLflow run {run_id} (artifacts {ARTIFACT_DIR}/) in {uri}")
+            link = run_link(uri, client.get_run(run_id).info.experiment_id, run_id)
+            print(f"logged the report to MLflow run {run_id} (artifacts {ARTIFACT_DIR}/) in {uri}: {link}")
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             for path in staged:
@@ -242,4 +244,5 @@ def report(argv: Sequence[str]) -> None:
             print(f"wrote {', '.join(p.name for p in staged)} to {out}")
     print()
     print("\n\n".join([*tables.markdown_sections(result.table1, result.ablation),
+                        *([selective_markdown(result.selective)] if not result.selective.empty else []),
                         *(section.markdown for section in result.extras)]))
