@@ -111,6 +111,23 @@ def confidence_sources(cfg: dict[str, Any], paths: Paths, out, records: list[dic
     return {name: load_source(compute_source(name, cfg, out, examples, records, llm), ids) for name in names}
 
 
+def _argument_scores(cfg: dict[str, Any], paths: Paths, records: list[dict[str, Any]]) -> dict[str, float]:
+    """Per-argument confidence on the test calls, where the gold call has named arguments (STE, jsonl)."""
+    from mice_exp.features.arguments import argument_metrics
+    from mice_exp.llm.stage import select_examples
+
+    gold = {e.id: e.gold for e in select_examples(cfg["dataset"], paths).examples
+            if isinstance(e.gold, dict) and isinstance(e.gold.get("action_input"), dict)}
+    if not gold:
+        return {}
+    scores = argument_metrics([r for r in records if r["split"] == "test"], gold)
+    print(f"\nper-argument confidence on test: {int(scores['argument.n'])} arguments of calls to the gold API, "
+          f"accuracy {scores['argument.accuracy']:.3f}, AUROC {scores['argument.auroc']:.3f}, "
+          f"smECE {scores['argument.smece']:.3f}, wrong argument least confident in "
+          f"{scores['argument.localization']:.3f} of calls with one")
+    return scores
+
+
 def _sample_efficiency(cfg: dict[str, Any], fs, tracker) -> dict[str, Any]:
     """MICE Figure 7: AUC-ETCU against training size, as a table and a figure."""
     from mice_exp.protocols.sample_efficiency import run_sample_efficiency
@@ -143,6 +160,7 @@ def _estimate(cfg: dict[str, Any], paths: Paths, out, records, tracker) -> dict[
         text, belief = action_belief(rows, sources["acts"][fs.rows("test")], fs.labels[fs.rows("test")])
         print("\n" + text)
         metrics |= belief
+    metrics |= _argument_scores(cfg, paths, records)
     if hasattr(rows[-1].estimator, "diagnose"):
         metrics |= _diagnose_field(cfg, rows[-1].estimator, fs, tracker)
     tracker.log_metrics(metrics)

@@ -30,7 +30,7 @@ def test_run_logs_a_finished_mlflow_run_with_table_metrics_and_artifacts(tmp_pat
     assert info.info.status == "FINISHED"
     assert info.data.tags["estimator"] == "mice_lr" and info.data.params["llm.name"] == "tiny_random"
     for key in ("smece", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu", "baseline.hre.auc_etcu",
-                "prr", "aurc", "baseline.raw.prr", "baseline.nwkr.aurc"):
+                "prr", "aurc", "baseline.raw.prr", "baseline.nwkr.aurc", "argument.n", "argument.auroc"):
         assert key in info.data.metrics
     artifacts = {a.path for a in client.list_artifacts(result["run_id"])}
     assert {"predictions.csv", "figures", "config.yaml"} <= artifacts
