@@ -44,7 +44,7 @@ def view_state(metrics: Sequence[str] = METRIC_COLUMNS, tags: Sequence[str] = TA
     """The saved view: metric columns in Table 1's order (the UI sorts them alphabetically otherwise),
     then the describing tags; the run name wide enough to read; best AUC-ETCU on top."""
     columns = [f"metrics.`{m}`" for m in metrics] + [f"tags.`{t}`" for t in tags]
-    widths = {RUN_NAME_COLUMN: 320} | {column: 96 for column in columns}
+    widths = {RUN_NAME_COLUMN: 330} | {column: 96 for column in columns}
     return {"selectedColumns": columns, "columnOrder": [RUN_NAME_COLUMN, *columns], "columnWidths": widths,
             "orderByKey": "metrics.`auc_etcu`", "orderByAsc": False}
 
