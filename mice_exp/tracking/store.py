@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from mice_exp.errors import UserError
+from mice_exp.tracking.dashboard import ensure_runs_view
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow import MlflowClient
@@ -205,23 +206,19 @@ def experiment_id(client: MlflowClient, uri: str, name: str, location: str | Non
     with _guard:
         if key in _experiments:
             return _experiments[key]
-    from mice_exp.tracking.dashboard import ensure_runs_view
-
     experiment = client.get_experiment_by_name(name)
     if experiment is not None and experiment.lifecycle_stage == "active":
         found = experiment.experiment_id
-        ensure_runs_view(client, found)  # writes only into an experiment made before the view existed
     else:
         db = sqlite_path(uri)
         if db is None:
             found = get_or_create_experiment(client, name, location)
-            ensure_runs_view(client, found)
         else:
             from filelock import FileLock
 
             with FileLock(str(db) + ".lock", timeout=LOCK_TIMEOUT_S):
                 found = get_or_create_experiment(client, name, location)
-                ensure_runs_view(client, found)
+    ensure_runs_view(client, found)  # writes only when the tags are missing (a new or older experiment)
     with _guard:
         return _experiments.setdefault(key, found)
 
