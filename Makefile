@@ -27,7 +27,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q $(ARGS)
 
 ui: $(STAMP)
-	.venv/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlruns/mlflow.db --port 5000
+	$(PY) -m mice_exp ui    # prints the link to the runs table, then serves mlruns/mlflow.db on port 5000
 
 bench: $(STAMP)
 	$(PY) benchmarks/llm_capture.py

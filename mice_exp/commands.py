@@ -13,10 +13,14 @@ USAGE = """usage: mice-exp [-m] [key=value ...]         run the configured exper
        mice-exp gate model=... input=...        calibrated execute / abstain decisions for new queries
        mice-exp report [--sweep DIR] [...]      paper tables and figures from the finished MLflow runs
        mice-exp records [output=FILE] [...]     publish the LLM stage as a records file (llm.records=FILE)
+       mice-exp ui [key=value ...]              the MLflow runs table (link printed, local store served)
 
 Each subcommand takes -h / --help. Config groups and their options (llm=, dataset=, features=,
 estimator=, risk=, protocol=, ...): `mice-exp --hydra-help`; the resolved config: `mice-exp --cfg job`."""
 INSPECT_USAGE = "usage: mice-exp inspect EXAMPLE_ID_OR_INDEX [hydra overrides]"
+UI_USAGE = ("usage: mice-exp ui [hydra overrides, e.g. tracking.uri=...]\n"
+            "prints the link to the runs table (Table-1 metrics as columns) and serves the local store on "
+            "127.0.0.1:5000")
 RECORDS_USAGE = ("usage: mice-exp records [output=FILE] [hydra overrides]\n"
                  "writes the configured LLM stage (computed or resumed if needed) and its sources.use as a\n"
                  "records file, by default experiments/records/<dataset>-<llm>.jsonl.gz; any run takes it\n"
@@ -74,5 +78,31 @@ def records(argv: Sequence[str]) -> None:
     print(f"records: {path} ({path.stat().st_size / 1e6:.2f} MB); rebuild any table with llm.records={path}")
 
 
+def ui(argv: Sequence[str]) -> None:
+    """``mice-exp ui [overrides]``: print the link to the runs table in the Table-1 view, then serve the
+    local store on 127.0.0.1:5000 (a tracking server already has its UI: only the link is printed)."""
+    if wants_help(argv):
+        print(UI_USAGE)
+        return
+    import subprocess
+    import sys
+
+    from mice_exp.paths import project_root
+    from mice_exp.tracking import ensure_experiment, tracking_uri
+    from mice_exp.tracking.dashboard import LOCAL_UI, experiment_link
+
+    cfg = as_plain(compose_config(list(argv)))
+    root, uri = project_root(), tracking_uri(cfg["tracking"], project_root())
+    experiment = ensure_experiment(cfg["tracking"], root)
+    if experiment is None:
+        raise UserError("tracking.enabled=false: there is no MLflow store to show; expected tracking.enabled=true")
+    print(f"MLflow runs of experiment {cfg['tracking']['experiment']!r}: {experiment_link(uri, experiment)}", flush=True)
+    if uri.startswith(("http://", "https://")):
+        return
+    host, port = LOCAL_UI.removeprefix("http://").split(":")
+    subprocess.run([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", port],
+                   check=False)
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect, "report": report, "gate": gate,
-                                                        "records": records}
+                                                        "records": records, "ui": ui}

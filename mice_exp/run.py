@@ -60,6 +60,8 @@ def _log_outputs(tracker, rows, fs, cfg: dict[str, Any]) -> None:
     policies = {name: etcu_curve(policy(y), y, TAU_GRID) for name, policy in TRIVIAL_POLICIES.items()}
     tracker.log_figure(figures.etcu_curves(curves, TAU_GRID, policies, title=cfg["llm"]["display"]),
                        schema.ETCU_FIGURE)
+    tracker.log_figure(figures.risk_coverage_curves({row.name: row.p for row in rows}, y, title=cfg["llm"]["display"]),
+                       schema.RISK_COVERAGE_FIGURE)
     weights = feature_weights(main, fs.columns)
     if weights is not None:
         tracker.log_figure(figures.feature_weights(fs.columns, weights[0], kind=weights[1], title=main.name),
@@ -126,6 +128,23 @@ def confidence_sources(cfg: dict[str, Any], paths: Paths, stage: StageOutput) ->
     return {name: load_source(compute_source(name, cfg, stage.folder, examples, records, llm), ids) for name in names}
 
 
+def _argument_scores(cfg: dict[str, Any], paths: Paths, records: list[dict[str, Any]]) -> dict[str, float]:
+    """Per-argument confidence on the test calls, where the gold call has named arguments (STE, jsonl)."""
+    from mice_exp.features.arguments import argument_metrics
+    from mice_exp.data import select_examples
+
+    gold = {e.id: e.gold for e in select_examples(cfg["dataset"], paths).examples
+            if isinstance(e.gold, dict) and isinstance(e.gold.get("action_input"), dict)}
+    if not gold:
+        return {}
+    scores = argument_metrics([r for r in records if r["split"] == "test"], gold)
+    print(f"\nper-argument confidence on test: {int(scores['argument.n'])} arguments of calls to the gold API, "
+          f"accuracy {scores['argument.accuracy']:.3f}, AUROC {scores['argument.auroc']:.3f}, "
+          f"smECE {scores['argument.smece']:.3f}, wrong argument least confident in "
+          f"{scores['argument.localization']:.3f} of calls with one")
+    return scores
+
+
 def _sample_efficiency(cfg: dict[str, Any], fs, tracker) -> dict[str, Any]:
     """MICE Figure 7: AUC-ETCU against training size, as a table and a figure."""
     from mice_exp.protocols.sample_efficiency import run_sample_efficiency
@@ -158,6 +177,7 @@ def _estimate(cfg: dict[str, Any], paths: Paths, stage: StageOutput, tracker) ->
         text, belief = action_belief(rows, sources["acts"][fs.rows("test")], fs.labels[fs.rows("test")])
         print("\n" + text)
         metrics |= belief
+    metrics |= _argument_scores(cfg, paths, stage.records)
     if hasattr(rows[-1].estimator, "diagnose"):
         metrics |= _diagnose_field(cfg, rows[-1].estimator, fs, tracker)
     tracker.log_metrics(metrics)
@@ -189,6 +209,7 @@ def finished_before(cfg: dict[str, Any], paths: Paths, sweep: str) -> str | None
 def run(cfg: DictConfig | dict) -> dict[str, Any]:
     """Run the configured pipeline and return its metrics (``objective``: the estimator's AUC-ETCU)."""
     from mice_exp.tracking import hydra_tags, tracked_run
+    from mice_exp.tracking.dashboard import run_name
 
     cfg = as_plain(cfg)
     check_config(cfg)
@@ -202,8 +223,7 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
     if done is not None:
         print(f"skipping: MLflow run {done} already FINISHED with this resolved config (force=true re-runs it)")
         return {"run_id": done, "skipped": True}
-    run_name = f"{cfg['llm']['name']}/{cfg['features']['name']}/{cfg['estimator']['key']}/{cfg['protocol']['name']}"
-    with tracked_run(cfg["tracking"], paths.root, run_name=run_name, params=cfg, tags=tags) as tracker:
+    with tracked_run(cfg["tracking"], paths.root, run_name=run_name(tags), params=cfg, tags=tags) as tracker:
         check_data(cfg, paths)
         stage = load_stage(cfg, paths)
         print("\n" + llm_summary(cfg["llm"]["display"], stage.records))

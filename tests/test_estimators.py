@@ -15,12 +15,15 @@ from sklearn.base import clone
 from sklearn.ensemble import RandomForestClassifier
 
 from mice_exp.estimators import (
+    BestLayerProbe,
     ConfidenceEstimator,
     FallbackWarning,
     FieldCorrection,
     HistogramRegression,
     IsotonicCalibration,
     KernelRegression,
+    LinearProbe,
+    MahalanobisConfidence,
     MiceLogisticRegression,
     MiceRandomForest,
     PlattScaling,
@@ -41,6 +44,10 @@ SMALL = [
     MiceLogisticRegression(),
     MiceRandomForest(n_estimators=20),
     FieldCorrection(RawConfidence(), base_width=1, field={"max_epochs": 2, "sigmas": [0.3], "lambdas": [0.01]}),
+    # hidden-state estimators read toy_data's six columns as two layers of three dimensions
+    LinearProbe(n_layers=2),
+    BestLayerProbe(n_layers=2),
+    MahalanobisConfidence(n_layers=2),
 ]
 LEARNERS = [estimator for estimator in SMALL if estimator.learns]
 

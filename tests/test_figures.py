@@ -17,6 +17,7 @@ from mice_exp.report.figures import (
     feature_weights,
     layer_score_distributions,
     reliability_diagram,
+    risk_coverage_curves,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -104,6 +105,20 @@ def test_etcu_curves_draw_estimators_solid_and_policies_dashed(data):
     low, high = ax.get_ylim()
     assert policies["always_execute"].min() < -100 < low
     assert high >= policies["oracle"].max() and low <= curves["raw"].min()
+
+
+def test_risk_coverage_curves_one_line_per_estimator_with_oracle_and_random_dashed(data):
+    p, y = data
+    fig = risk_coverage_curves({"raw": np.full_like(p, 0.9), "mice_rf": p}, y, title="risk-coverage")
+    assert png_bytes(fig).startswith(PNG_MAGIC)
+    lines = {line.get_gid(): line for line in fig.axes[0].get_lines()}
+    assert sorted(lines) == ["curve:mice_rf", "curve:raw", "policy:oracle", "policy:random"]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels[0].startswith("raw (AURC ") and labels[2:] == ["oracle", "random"]
+    # The oracle's risk is 0 until every correct call is kept; at full coverage all curves meet.
+    oracle = lines["policy:oracle"].get_ydata()
+    assert oracle[int(y.sum()) - 1] == 0.0
+    assert lines["curve:mice_rf"].get_ydata()[-1] == pytest.approx(1 - y.mean(), abs=1e-12)  # float rounding only
 
 
 def test_etcu_curves_reject_a_curve_of_the_wrong_length():

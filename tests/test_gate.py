@@ -189,6 +189,14 @@ def test_save_refuses_what_a_gate_could_not_rebuild_or_load(fitted, tmp_path):
         save_gate(tmp_path / "g", tiny_cfg(), estimator, fs.columns[:3], pool)
 
 
+@pytest.mark.parametrize("estimator", ["probe_last", "probe_best_layer", "mahalanobis"])
+def test_hidden_state_estimators_are_not_saved_as_gates(estimator):
+    from mice_exp.gate.artifact import unsupported
+
+    cfg = as_plain(compose_config([f"estimator={estimator}"]))
+    assert unsupported(cfg).startswith(f"estimator={estimator}: it reads the LLM's last_token hidden states")
+
+
 @pytest.mark.parametrize("item, message", [
     ({"query": "q", "tools": []}, "non-empty list of objects"),
     ({"query": "q", "tools": [{"description": "no name"}]}, "non-empty list of objects"),

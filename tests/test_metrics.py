@@ -262,7 +262,7 @@ def test_evaluate_reports_every_score_under_mlflow_safe_keys() -> None:
     assert list(scores) == [
         "smece", "ece", "brier", "auroc", "accuracy",
         "etcu_low", "etcu_medium", "etcu_high", "auc_etcu",
-        "euro_low", "euro_medium", "euro_high", "auc_euro",
+        "euro_low", "euro_medium", "euro_high", "auc_euro", "prr", "aurc",
     ]  # fmt: skip
     assert scores["etcu_high"] == etcu(p, y, HIGH)
     assert scores["euro_low"] == euro(p, y, 0.1)

@@ -29,10 +29,12 @@ def test_run_logs_a_finished_mlflow_run_with_table_metrics_and_artifacts(tmp_pat
     info = client.get_run(result["run_id"])
     assert info.info.status == "FINISHED"
     assert info.data.tags["estimator"] == "mice_lr" and info.data.params["llm.name"] == "tiny_random"
-    for key in ("smece", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu", "baseline.hre.auc_etcu"):
+    for key in ("smece", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu", "baseline.hre.auc_etcu",
+                "prr", "aurc", "baseline.raw.prr", "baseline.nwkr.aurc", "argument.n", "argument.auroc"):
         assert key in info.data.metrics
     artifacts = {a.path for a in client.list_artifacts(result["run_id"])}
     assert {"predictions.csv", "figures", "config.yaml"} <= artifacts
+    assert "figures/risk_coverage.png" in {a.path for a in client.list_artifacts(result["run_id"], "figures")}
 
 
 def cli(monkeypatch, capsys, args: list[str]) -> tuple[int, str]:
@@ -92,3 +94,18 @@ def test_a_field_corrected_estimator_runs_and_logs_its_regime_diagnostics(tmp_pa
     assert 0 <= metrics["field.frac_over"] + metrics["field.frac_under"] <= 1
     assert metrics["field.sigma"] == 0.5 and "field.worst_slice_gap" in metrics
     assert not any(name.startswith("pvalue_") for name in metrics)  # permutations=0: no significance tests
+
+
+def test_hidden_state_baselines_run_end_to_end_as_the_estimator_and_as_reference_rows(tmp_path, capsys, monkeypatch):
+    """The best-layer probe as the run's estimator, the final-layer probe and Mahalanobis as reference rows."""
+    from mice_exp.llm import stage
+
+    monkeypatch.setattr(stage, "is_correct", lambda example, api, args: int(example.id.rsplit("/", 1)[-1]) % 2 == 0)
+    args = overrides(tmp_path) + ["estimator=probe_best_layer", "compare_with=[raw,probe_last,mahalanobis]",
+                                  "permutations=0"]
+    result = run(compose_config(args))
+    assert "Probe (best layer)" in capsys.readouterr().out
+    info = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(result["run_id"])
+    assert info.info.status == "FINISHED" and info.data.tags["estimator"] == "probe_best_layer"
+    for key in ("auc_etcu", "prr", "aurc", "baseline.probe_last.smece", "baseline.mahalanobis.auc_etcu"):
+        assert key in info.data.metrics

@@ -295,6 +295,23 @@ def test_markdown_renders_the_paper_layout(report):
     assert "![loao_auc.png](loao_auc.png)" in md and "![etcu_ste_llama3_8b_instruct.png]" in md
 
 
+def test_selective_table_shows_prr_and_aurc_beside_smece_and_auc_etcu(template, tmp_path):
+    store = Store(tmp_path / "proj", template)
+    llm = "llama3_8b_instruct"
+    base = {k: LLAMA3[k] for k in ("raw", "hre", "nwkr")}
+    selective = {"prr": 0.4, "aurc": 0.2, "baseline.raw.prr": 0.1, "baseline.raw.aurc": 0.3,
+                 "baseline.hre.prr": 0.2, "baseline.hre.aurc": 0.25}  # nwkr logged before PRR existed
+    store.job(llm, "mice_rf", metrics=as_metrics(LLAMA3["mice_rf"]) | selective, baselines=base)
+    report = command.build_report(store.client, EXPERIMENT, with_figures=False)
+    lines = report.markdown.splitlines()
+    assert "| Model | Confidence Estimator | smECE (↓) | AUC-ETCU (↑) | PRR (↑) | AURC (↓) |" in lines
+    assert "| Llama3-8B-Instruct | Raw Confidence | 0.184 | 0.001 | 0.100 | 0.300 |" in lines
+    assert "|  | NWKR | **0.039** | <u>0.118</u> | – | – |" in lines
+    assert "|  | MICE RF | <u>0.040</u> | **0.144** | **0.400** | **0.200** |" in lines
+    # Table 1 itself keeps the paper's five columns.
+    assert "| Model | Confidence Estimator | smECE (↓) | Low risk (↑) | Medium risk (↑) | High risk (↑) | AUC (↑) |" in lines
+
+
 # ----------------------------------------------------------------------------- Table 2, CSV
 
 
@@ -321,10 +338,11 @@ def test_csv_has_both_tables_and_fixed_columns(report, tmp_path):
                                        "etcu_ste_llama3_1_8b_instruct.png", LOAO_FILE}
     assert all(p.stat().st_size > 0 for p in paths)
     frame = pd.read_csv(tmp_path / "results.csv", keep_default_na=False, na_values=[""])
-    assert list(frame.columns) == list(tables.COLUMNS)
+    # Table 1's columns first; the selective table adds PRR and AURC (and their styles) after them.
+    assert list(frame.columns) == [*tables.COLUMNS, "prr", "aurc", "prr_style", "aurc_style"]
     assert frame.columns[:10].tolist() == ["table", "dataset", "llm", "llm_display", "row", "estimator",
                                           "protocol", "features", "source", "run_id"]
-    assert frame["table"].value_counts().to_dict() == {"table1": 15, "ablation": 5}
+    assert frame["table"].value_counts().to_dict() == {"table1": 15, "selective": 15, "ablation": 5}
     rf = frame[(frame["table"] == "table1") & (frame["row"] == "MICE RF") & (frame["llm"] == "llama3_8b_instruct")]
     assert rf[list(M)].iloc[0].tolist() == pytest.approx(LLAMA3["mice_rf"])
     assert rf[["etcu_high_mark", "etcu_high_style"]].iloc[0].tolist() == ["*†", "bold"]
@@ -370,7 +388,9 @@ def test_report_command_logs_a_report_run_and_writes_the_folder(filled, tmp_path
     assert len(runs) == 1 and runs[0].info.run_name == "report" and runs[0].info.status == "FINISHED"
     logged = {a.path for a in store.client.list_artifacts(runs[0].info.run_id, "report")}
     assert {"report/results.md", "report/results.csv", f"report/{LOAO_FILE}"} <= logged
-    assert "| Llama3-8B-Instruct | Raw Confidence |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| Llama3-8B-Instruct | Raw Confidence |" in printed and "## Selective prediction" in printed
+    assert f"/#/experiments/{store.experiment_id}/runs/{runs[0].info.run_id}?workflowType=machine_learning" in printed
     # a second report does not read the first report's run as a job
     assert len(command.build_report(store.client, EXPERIMENT, with_figures=False).records) == 13
 

@@ -277,13 +277,18 @@ def test_a_deleted_experiment_is_restored(client):
     assert client.get_experiment(exp).lifecycle_stage == "active"
 
 
-def test_hydra_callback_prepares_the_experiment_before_a_sweep(project, client):
+def test_hydra_callback_prepares_the_experiment_before_a_sweep(project, client, capsys):
     from mice_exp.tracking.hydra_callback import PrepareTracking
 
     config = OmegaConf.create({"paths": {"root": str(project), "cache": ".cache"},
-                               "tracking": {**CFG, "experiment": "sweep_prepared"}})
+                               "tracking": {**CFG, "experiment": "sweep_prepared"},
+                               "hydra": {"sweep": {"dir": "multirun/x"}, "overrides": {"task": ["seed=1"]}}})
     PrepareTracking().on_multirun_start(config)
-    assert client.get_experiment_by_name("sweep_prepared").lifecycle_stage == "active"
+    experiment = client.get_experiment_by_name("sweep_prepared")
+    assert experiment.lifecycle_stage == "active"
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"MLflow sweep run: http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}/runs/")
+    assert "all runs: http://127.0.0.1:5000/" in printed
     config.tracking.enabled = False
     config.tracking.experiment = "never_made"
     PrepareTracking().on_multirun_start(config)

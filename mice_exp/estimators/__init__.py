@@ -1,25 +1,31 @@
 """Confidence estimators: sklearn classifiers whose predict_proba[:, 1] is P(the tool call is correct).
 
 Each class says through ``input_kind`` whether it reads the raw confidence ("confidence", one
-column), the feature view ("features") or a base input beside a representation ("field"). Build them from ``conf/estimator/<name>.yaml`` with
+column), the feature view ("features"), every layer of an LLM hidden-state array ("hidden") or a
+base input beside a representation ("field"). Build them from ``conf/estimator/<name>.yaml`` with
 ``hydra.utils.instantiate(cfg.estimator.model)``.
 """
 
 from mice_exp.estimators.base import ConfidenceEstimator, FallbackWarning
 from mice_exp.estimators.field import FieldCorrection
+from mice_exp.estimators.hidden import BestLayerProbe, LinearProbe
 from mice_exp.estimators.histogram import HistogramRegression
 from mice_exp.estimators.kernel import KernelRegression
+from mice_exp.estimators.mahalanobis import MahalanobisConfidence
 from mice_exp.estimators.mice import MiceLogisticRegression, MiceRandomForest
 from mice_exp.estimators.raw import RawConfidence
 from mice_exp.estimators.recalibration import IsotonicCalibration, PlattScaling, TemperatureScaling
 
 __all__ = [
+    "BestLayerProbe",
     "ConfidenceEstimator",
     "FallbackWarning",
     "FieldCorrection",
     "HistogramRegression",
     "IsotonicCalibration",
     "KernelRegression",
+    "LinearProbe",
+    "MahalanobisConfidence",
     "MiceLogisticRegression",
     "MiceRandomForest",
     "PlattScaling",

@@ -22,7 +22,8 @@ class ConfidenceEstimator(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
     """Binary classifier of "the call is correct" whose predict_proba[:, 1] is the confidence.
 
     ``input_kind`` says which view of the data X must be: "confidence" (one column, the raw
-    confidence in [0, 1]) or "features" (the feature-view matrix). Subclasses implement
+    confidence in [0, 1]), "features" (the feature-view matrix), "hidden" (every layer of an LLM
+    hidden-state array) or "field" (a base's input beside a representation). Subclasses implement
     ``_fit(X, y)`` and ``_predict(X) -> p``; this class validates inputs and owns the guard:
     training on a single class or on NaN/inf features warns and falls back to predicting the
     training base rate for every example (the best constant, and never a crash mid-sweep);
@@ -30,7 +31,7 @@ class ConfidenceEstimator(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
     ignore their training data, so they skip the training check.
     """
 
-    input_kind: ClassVar[Literal["confidence", "features"]]
+    input_kind: ClassVar[Literal["confidence", "features", "hidden", "field"]]
     #: False for estimators that ignore the training data, which therefore cannot be untrainable.
     learns: ClassVar[bool] = True
 

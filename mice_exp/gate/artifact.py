@@ -97,6 +97,10 @@ def unsupported(cfg: Mapping[str, Any]) -> str | None:
     if (cfg.get("estimator") or {}).get("base"):
         return (f"estimator={cfg['estimator']['key']}: a field correction holds a torch network, which a gate "
                 "does not save yet; expected an estimator without a base")
+    representation = ((cfg.get("estimator") or {}).get("model") or {}).get("representation")
+    if representation:  # a field correction's representation was refused above, with its base
+        return (f"estimator={cfg['estimator']['key']}: it reads the LLM's {representation} hidden states, which a "
+                "gate does not keep for new queries yet; expected an estimator on the confidence or the feature view")
     source = (cfg.get("estimator") or {}).get("source", "raw")
     if source != "raw":
         return (f"estimator.source={source!r}: a gate computes the raw confidence only, not the {source} source "

@@ -14,6 +14,7 @@ from mice_exp.metrics.policies import (
     base_rate,
     oracle,
 )
+from mice_exp.metrics.selective import aurc, prr, risk_coverage_curve
 from mice_exp.metrics.utility import (
     HIGH,
     LOW,
@@ -39,6 +40,7 @@ __all__ = [
     "accuracy",
     "always_abstain",
     "always_execute",
+    "aurc",
     "auc_etcu",
     "auc_euro",
     "auroc",
@@ -53,5 +55,7 @@ __all__ = [
     "mbr_threshold",
     "oracle",
     "permutation_test",
+    "prr",
+    "risk_coverage_curve",
     "smece",
 ]

@@ -8,6 +8,7 @@ from numpy.typing import ArrayLike
 
 from mice_exp.metrics.calibration import accuracy, auroc, binned_ece, brier, smece
 from mice_exp.metrics.euro import auc_euro, euro
+from mice_exp.metrics.selective import aurc, prr
 from mice_exp.metrics.utility import Risk, auc_etcu, etcu
 from mice_exp.metrics.validation import check_pair
 
@@ -16,7 +17,7 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
 def evaluate(p: ArrayLike, y: ArrayLike, risks: dict[str, Risk]) -> dict[str, float]:
-    """smece, ece, brier, auroc, accuracy, etcu_<risk>..., auc_etcu, euro_<risk>..., auc_euro.
+    """smece, ece, brier, auroc, accuracy, etcu_<risk>..., auc_etcu, euro_<risk>..., auc_euro, prr, aurc.
 
     euro at a risk uses u_ca = risk.tau, the threshold that risk sets for the MBR policy.
     """
@@ -35,4 +36,6 @@ def evaluate(p: ArrayLike, y: ArrayLike, risks: dict[str, Risk]) -> dict[str, fl
     scores["auc_etcu"] = auc_etcu(p, y)
     scores.update({f"euro_{name}": euro(p, y, risk.tau) for name, risk in risks.items()})
     scores["auc_euro"] = auc_euro(p, y)
+    scores["prr"] = prr(p, y)
+    scores["aurc"] = aurc(p, y)
     return scores

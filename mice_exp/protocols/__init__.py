@@ -13,6 +13,7 @@ from sklearn.base import clone
 
 from mice_exp.data.splits import loao_folds
 from mice_exp.errors import UserError
+from mice_exp.features.hidden import hidden_states
 
 if TYPE_CHECKING:  # the feature views read the LLM stage's cache; estimation only needs the type
     from mice_exp.features import FeatureSet
@@ -22,7 +23,12 @@ PROTOCOLS = ("holdout", "loao", "sample_efficiency")
 
 def inputs(estimator, fs: FeatureSet, source: str = "raw") -> np.ndarray:
     """Calibrators see one confidence (raw by default) alone; MICE-style estimators see the feature view;
+    hidden-state estimators every layer of their representation side by side (and learn how many);
     a field correction sees its base's input followed by its representation (and learns where one ends)."""
+    if estimator.input_kind == "hidden":
+        states = hidden_states(fs, estimator.representation)
+        estimator.set_params(n_layers=states.shape[1])
+        return states.reshape(len(states), -1)
     if estimator.input_kind == "field":
         base = inputs(estimator.base, fs, source)
         estimator.set_params(base_width=base.shape[1])

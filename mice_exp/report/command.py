@@ -43,6 +43,7 @@ from mice_exp.report.collect import (
     to_record,
 )
 from mice_exp.report.extras import Section, extra_sections
+from mice_exp.report.selective import selective_markdown, selective_table
 from mice_exp.tracking.schema import PARENT_TAG, REPORT_TAG, SWEEP_TAG
 
 logger = logging.getLogger(__name__)
@@ -64,13 +65,14 @@ class Report:
     experiment: str | None = None
     sweep: str | None = None
     extras: list[Section] = field(default_factory=list)
+    selective: pd.DataFrame = field(default_factory=pd.DataFrame)  # Table 1's rows with PRR and AURC
     #: Experiment of every run read, tables' or extras' (where the report run goes), most used first.
     experiment_ids: list[str] = field(default_factory=list)
     n_jobs: int = 0  # FINISHED job runs read (tables and extra sections)
 
     @property
     def csv(self) -> pd.DataFrame:
-        frames = [tables.results_csv(self.table1, self.ablation), *(s.frame for s in self.extras)]
+        frames = [tables.results_csv(self.table1, self.ablation), self.selective, *(s.frame for s in self.extras)]
         return pd.concat([f for f in frames if not f.empty] or frames[:1], ignore_index=True)
 
     @property
@@ -85,6 +87,8 @@ class Report:
             + "; the `run_id` column of results.csv gives each row's run.",
             *tables.markdown_sections(self.table1, self.ablation),
         ]
+        if not self.selective.empty:
+            parts.append(selective_markdown(self.selective))
         etcu = [name for name in self.figures if name != plots.LOAO_FILE]
         if etcu or plots.LOAO_FILE in self.figures:
             parts.append("## Figures")
@@ -128,6 +132,7 @@ def build_report(client, experiment: str | None = DEFAULT_EXPERIMENT, sweep: str
     ablation = tables.ablation_table(records, features)
     used = [id_ for id_, _ in Counter(run.info.experiment_id for run in runs).most_common()]
     report = Report(records, table, ablation, experiment=experiment, sweep=sweep, extras=extras, experiment_ids=used,
+                    selective=selective_table(table, records),
                     n_jobs=sum(1 for run in runs if run.data.tags.get(PARENT_TAG) != "true"
                                and run.data.tags.get(REPORT_TAG) != "true"))
     if with_figures:
@@ -187,6 +192,7 @@ def output_folder(args: argparse.Namespace, root: Path) -> Path | None:
 
 def report(argv: Sequence[str]) -> None:
     """``mice-exp report [--experiment NAME | --sweep TAG] [--tracking-uri URI] [--preset NAME | --out DIR]``."""
+    from mice_exp.tracking.dashboard import run_link
     from mice_exp.tracking.store import open_client, tracking_uri
 
     args = parse_args(argv)
@@ -200,7 +206,8 @@ def report(argv: Sequence[str]) -> None:
         staged = result.write(Path(tmp))
         if not args.no_log:
             run_id = log_report(client, result, Path(tmp), root)
-            print(f"logged the report to MLflow run {run_id} (artifacts {ARTIFACT_DIR}/) in {uri}")
+            link = run_link(uri, client.get_run(run_id).info.experiment_id, run_id)
+            print(f"logged the report to MLflow run {run_id} (artifacts {ARTIFACT_DIR}/) in {uri}: {link}")
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             for path in staged:
@@ -208,4 +215,5 @@ def report(argv: Sequence[str]) -> None:
             print(f"wrote {', '.join(p.name for p in staged)} to {out}")
     print()
     print("\n\n".join([*tables.markdown_sections(result.table1, result.ablation),
+                        *([selective_markdown(result.selective)] if not result.selective.empty else []),
                         *(section.markdown for section in result.extras)]))

@@ -161,6 +161,40 @@ def etcu_curves(
     return fig
 
 
+# --------------------------------------------------------------------------- selective prediction
+
+
+def risk_coverage_curves(predictions: Mapping[str, ArrayLike], y: ArrayLike, *, title: str = "") -> Figure:
+    """Risk (error rate of the calls kept) against coverage, keeping the most confident first.
+
+    One solid line per estimator in ``predictions`` (labelled with its AURC, lower is better),
+    the oracle (every correct call kept first) and random rejection (the base error rate) dashed.
+    """
+    from mice_exp.metrics import aurc, risk_coverage_curve
+
+    if not predictions:
+        raise ValueError("risk_coverage_curves needs at least one estimator's predictions")
+    y = np.asarray(y).reshape(-1)
+    fig = Figure(figsize=(8.0, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    for i, (name, p) in enumerate(predictions.items()):
+        coverage, risk = risk_coverage_curve(p, y)
+        ax.plot(coverage, risk, color=f"C{i % 10}", linewidth=1.8, zorder=3, gid=f"curve:{name}",
+                label=f"{_pretty(name)} (AURC {aurc(p, y):.3f})")
+    coverage, oracle = risk_coverage_curve(y.astype(float), y)
+    ax.plot(coverage, oracle, linewidth=1.2, label="oracle", gid="policy:oracle", zorder=2, **POLICY_STYLES["oracle"])
+    ax.plot(coverage, np.full_like(coverage, 1.0 - y.mean()), linewidth=1.2, label="random", gid="policy:random",
+            zorder=2, **POLICY_STYLES["base_rate"])
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("coverage (share of calls executed, most confident first)")
+    ax.set_ylabel("risk (error rate of executed calls)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    fig.legend(loc="outside right upper", fontsize="small", frameon=False)
+    return fig
+
+
 # --------------------------------------------------------------------------- weights (Figures 5, 6)
 
 _KINDS = {

@@ -40,6 +40,11 @@ class PrepareTracking(Callback):
             logger.info("MLflow experiment %s ready in %.1fs", experiment, time.perf_counter() - start)
             from mice_exp.tracking.sweeps import ensure_parent_run
 
-            ensure_parent_run(tracking, root, str(config.hydra.sweep.dir), list(config.hydra.overrides.task))
+            from mice_exp.tracking.dashboard import experiment_link, run_link
+            from mice_exp.tracking.store import tracking_uri
+
+            parent = ensure_parent_run(tracking, root, str(config.hydra.sweep.dir), list(config.hydra.overrides.task))
+            uri = tracking_uri(tracking, root)
+            print(f"MLflow sweep run: {run_link(uri, experiment, parent)}\n  all runs: {experiment_link(uri, experiment)}")
         except Exception as error:  # noqa: BLE001 - the jobs will prepare the store themselves
             logger.warning("could not prepare the MLflow store before the sweep: %s", error)

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mice_exp.tracking.dashboard import experiment_link, run_link
 from mice_exp.tracking.gitinfo import git_tags
 from mice_exp.tracking.params import (
     MAX_PARAMS_PER_BATCH,
@@ -296,6 +297,8 @@ def tracked_run(
         raise UserError(f"{failure}; nothing was logged to MLflow (the results above were computed)")
     client = _Guarded(raw, uri)
     run = TrackedRun(client, info.run_id, exp_id, info.artifact_uri)
+    print(f"MLflow run {run_name or info.run_id}: {run_link(uri, exp_id, info.run_id)}\n"
+          f"  all runs (make ui): {experiment_link(uri, exp_id)}")
     status = "FINISHED"
     try:
         if params:

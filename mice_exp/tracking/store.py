@@ -33,6 +33,7 @@ from urllib.parse import unquote, urlsplit
 
 from mice_exp.cache import unwritable
 from mice_exp.errors import UserError
+from mice_exp.tracking.dashboard import ensure_runs_view
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow import MlflowClient
@@ -235,7 +236,8 @@ def get_or_create_experiment(client: MlflowClient, name: str, location: str | No
 
 
 def experiment_id(client: MlflowClient, uri: str, name: str, location: str | None) -> str:
-    """:func:`get_or_create_experiment`, remembered per process; under the store's lock for SQLite."""
+    """:func:`get_or_create_experiment`, remembered per process; under the store's lock for SQLite.
+    The experiment gets the UI's Table-1 runs view (:mod:`mice_exp.tracking.dashboard`)."""
     key = (uri, name)
     with _guard:
         if key in _experiments:
@@ -252,6 +254,7 @@ def experiment_id(client: MlflowClient, uri: str, name: str, location: str | Non
 
             with FileLock(str(db) + ".lock", timeout=LOCK_TIMEOUT_S):
                 found = get_or_create_experiment(client, name, location)
+    ensure_runs_view(client, found)  # writes only when the tags are missing (a new or older experiment)
     with _guard:
         return _experiments.setdefault(key, found)
 
