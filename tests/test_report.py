@@ -338,13 +338,16 @@ def test_csv_has_both_tables_and_fixed_columns(report, tmp_path):
                                        "etcu_ste_llama3_1_8b_instruct.png", LOAO_FILE}
     assert all(p.stat().st_size > 0 for p in paths)
     frame = pd.read_csv(tmp_path / "results.csv", keep_default_na=False, na_values=[""])
-    # Table 1's columns first; the selective table adds PRR and AURC (and their styles) after them.
-    assert list(frame.columns) == [*tables.COLUMNS, "prr", "aurc", "prr_style", "aurc_style"]
+    # Table 1's columns first, then each cell's 95% bootstrap interval (from the runs' predictions);
+    # the selective table adds PRR and AURC (and their styles) after them.
+    intervals = [f"{m}_{end}" for m in M for end in ("lo", "hi")]
+    assert list(frame.columns) == [*tables.COLUMNS, *intervals, "prr", "aurc", "prr_style", "aurc_style"]
     assert frame.columns[:10].tolist() == ["table", "dataset", "llm", "llm_display", "row", "estimator",
                                           "protocol", "features", "source", "run_id"]
     assert frame["table"].value_counts().to_dict() == {"table1": 15, "selective": 15, "ablation": 5}
     rf = frame[(frame["table"] == "table1") & (frame["row"] == "MICE RF") & (frame["llm"] == "llama3_8b_instruct")]
     assert rf[list(M)].iloc[0].tolist() == pytest.approx(LLAMA3["mice_rf"])
+    assert (rf["auc_etcu_lo"] <= rf["auc_etcu_hi"]).all()
     assert rf[["etcu_high_mark", "etcu_high_style"]].iloc[0].tolist() == ["*†", "bold"]
 
 

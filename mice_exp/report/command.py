@@ -43,6 +43,7 @@ from mice_exp.report.collect import (
     to_record,
 )
 from mice_exp.report.extras import Section, extra_sections
+from mice_exp.report.intervals import add_intervals
 from mice_exp.report.selective import selective_markdown, selective_table
 from mice_exp.tracking.schema import PARENT_TAG, REPORT_TAG, SWEEP_TAG
 
@@ -138,6 +139,8 @@ def build_report(client, experiment: str | None = DEFAULT_EXPERIMENT, sweep: str
     if with_figures:
         with Predictions(client) as predictions:
             report.figures.update(plots.etcu_figures(table, predictions))
+            report.table1 = add_intervals(report.table1, predictions)
+            report.ablation = add_intervals(report.ablation, predictions)
         panels = plots.loao_pairs(table)
         if panels:
             report.figures[plots.LOAO_FILE] = plots.loao_comparison(panels)

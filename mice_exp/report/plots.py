@@ -41,7 +41,8 @@ def etcu_file(dataset: str, llm: str) -> str:
 LOAO_FILE = "loao_auc.png"
 
 
-def _prediction(frame: pd.DataFrame | None, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+def prediction_pair(frame: pd.DataFrame | None, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """A row's test predictions and labels from its run's predictions.csv (None when absent)."""
     column = prediction_column(key)
     if frame is None or column not in frame or "label" not in frame:
         return None
@@ -60,7 +61,7 @@ def etcu_figures(table: pd.DataFrame, predictions: PredictionsFn, taus: np.ndarr
         curves: dict[str, np.ndarray] = {}
         labels = None
         for row in block.itertuples(index=False):
-            pair = _prediction(predictions(row.run_id), row.estimator)
+            pair = prediction_pair(predictions(row.run_id), row.estimator)
             if pair is None:
                 logger.warning("%s / %s: no predictions for %s (run %s); curve left out",
                                dataset, llm, row.row, row.run_id)

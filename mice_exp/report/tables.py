@@ -327,11 +327,14 @@ def to_markdown(frame: pd.DataFrame, row_header: str, block_header: str = "Model
 
 
 def results_csv(*frames: pd.DataFrame) -> pd.DataFrame:
-    """Both tables stacked (column ``table`` tells them apart), in :data:`COLUMNS` order."""
+    """Both tables stacked (column ``table`` tells them apart), in :data:`COLUMNS` order, then the
+    bootstrap intervals ``<metric>_lo`` / ``<metric>_hi`` where the report computed them."""
     kept = [f for f in frames if not f.empty]
     if not kept:
         return pd.DataFrame(columns=list(COLUMNS))
-    return pd.concat(kept, ignore_index=True)[list(COLUMNS)]
+    stacked = pd.concat(kept, ignore_index=True)
+    intervals = [f"{m}_{end}" for m in METRICS for end in ("lo", "hi") if f"{m}_{end}" in stacked]
+    return stacked[[*COLUMNS, *intervals]]
 
 
 def markdown_sections(table: pd.DataFrame, ablation: pd.DataFrame) -> list[str]:

@@ -1,0 +1,34 @@
+"""95% bootstrap intervals for every Table 1 / Table 2 cell, from the runs' test predictions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from mice_exp.metrics import PAPER_RISKS, auc_etcu, etcu, smece
+from mice_exp.metrics.bootstrap import bootstrap_intervals
+from mice_exp.report.plots import PredictionsFn, prediction_pair
+from mice_exp.report.tables import METRICS
+
+#: Table metric -> f(p, y), the functions the job logged the cell's value with.
+TABLE_METRICS = {"smece": smece, **{f"etcu_{name}": (lambda p, y, r=risk: etcu(p, y, r))
+                                    for name, risk in PAPER_RISKS.items()}, "auc_etcu": auc_etcu}
+RESAMPLES = 200
+
+
+def interval_columns() -> list[str]:
+    return [f"{m}_{end}" for m in METRICS for end in ("lo", "hi")]
+
+
+def add_intervals(table: pd.DataFrame, predictions: PredictionsFn, n_resamples: int = RESAMPLES) -> pd.DataFrame:
+    """``table`` with ``<metric>_lo`` / ``<metric>_hi`` columns (NaN where a run kept no predictions)."""
+    table = table.copy()
+    for column in interval_columns():
+        table[column] = np.nan
+    for index, row in table.iterrows():
+        pair = prediction_pair(predictions(row["run_id"]), row["estimator"])
+        if pair is None:
+            continue
+        for metric, (low, high) in bootstrap_intervals(*pair, TABLE_METRICS, n_resamples).items():
+            table.loc[index, [f"{metric}_lo", f"{metric}_hi"]] = low, high
+    return table
