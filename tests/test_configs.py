@@ -11,11 +11,13 @@ from mice_exp.paths import PACKAGE_ROOT
 CONF = PACKAGE_ROOT / "conf"
 GROUP_FILES = sorted(p for p in CONF.glob("*/*.yaml") if p.parent.name not in ("hydra", "experiment"))
 OPTIONAL = {"dataset/jsonl.yaml"}  # needs dataset.path from the user
+ADDED = {"scale"}  # groups outside the defaults list: added with +group=option
 
 
 @pytest.mark.parametrize("path", GROUP_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_each_group_option_composes(path):
-    cfg = compose_config([f"{path.parent.name}={path.stem}"])
+    plus = "+" if path.parent.name in ADDED else ""
+    cfg = compose_config([f"{plus}{path.parent.name}={path.stem}"])
     rel = f"{path.parent.name}/{path.name}"
     if rel in OPTIONAL:
         assert OmegaConf.is_missing(cfg.dataset, "path")
@@ -33,3 +35,10 @@ def test_default_config_is_smollm2_on_ste_with_mice_rf():
     assert (cfg.llm.name, cfg.dataset.name, cfg.estimator.key, cfg.features.name) == (
         "smollm2_135m", "ste", "mice_rf", "bertscore")
     assert OmegaConf.load(CONF / "config.yaml").hydra.job.chdir is False  # paths stay absolute
+
+
+@pytest.mark.parametrize("path", sorted(CONF.glob("experiment/*.yaml")), ids=lambda p: p.stem)
+def test_each_preset_runs_the_full_data_set_unless_scaled_down(path):
+    full = compose_config([f"+experiment={path.stem}"])
+    small = compose_config([f"+experiment={path.stem}", "+scale=small"])
+    assert full.dataset.max_apis is None and small.dataset.max_apis == 3
