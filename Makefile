@@ -30,4 +30,4 @@ ui: $(STAMP)
 	$(PY) -m mice_exp ui    # prints the link to the runs table, then serves mlruns/mlflow.db on port 5000
 
 bench: $(STAMP)
-	$(PY) benchmarks/llm_capture.py
+	$(PY) benchmarks/llm_stage.py

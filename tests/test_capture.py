@@ -79,3 +79,40 @@ def test_states_cover_every_layer_at_every_kept_position(tiny_llm, tokenizer):
     gens = generate_batch(tiny_llm, [tokenizer("Action:")["input_ids"]], max_new_tokens=5)
     gen = gens[0]
     assert gen.states.shape == (max(len(gen.token_ids), 1), tiny_llm.n_layers, tiny_llm.hidden_size)
+
+
+@pytest.mark.parametrize("model_type,extra", [("llama", {}), ("gemma3_text", {"sliding_window": 4})])
+def test_reserved_cache_generates_bit_for_bit_what_the_growing_cache_does(tokenizer, model_type, extra):
+    """The reserved cache hands attention the same values in the same shape as transformers' own
+    concatenating cache: every token, probability, lens id and state is identical, not just close
+    (Gemma's sliding-window layers keep transformers' rolling cache; the window of 4 makes them roll)."""
+    llm = make_llm(tokenizer, model_type, **extra)
+    prompts = [tokenizer(p)["input_ids"] for p in PROMPTS]
+    reserved = generate_batch(llm, prompts, max_new_tokens=12)
+    growing = generate_batch(llm, prompts, max_new_tokens=12, reserve=False)
+    for a, b in zip(reserved, growing):
+        assert a.token_ids == b.token_ids and a.text == b.text
+        np.testing.assert_array_equal(a.token_probs, b.token_probs)
+        np.testing.assert_array_equal(a.lens_ids, b.lens_ids)
+        np.testing.assert_array_equal(a.states, b.states)
+
+
+@pytest.mark.parametrize("extra", [{}, {"final_logit_softcapping": 3.0}])
+def test_blocked_lens_argmax_is_the_full_vocabulary_argmax(tokenizer, extra):
+    llm = make_llm(tokenizer, "gemma3_text", **extra)
+    hidden = torch.randn(50, 64, dtype=torch.float64)
+    hidden[1] = hidden[0]  # a repeated row
+    full = llm.lens_logits(hidden).argmax(dim=-1)
+    for block in (7, 1000, 10**6):  # ragged last block, several blocks, one block
+        assert torch.equal(llm.lens_argmax(hidden, block=block), full)
+
+
+def test_blocked_lens_argmax_keeps_the_first_of_tied_maxima(tokenizer):
+    llm = make_llm(tokenizer, "llama")
+    hidden = torch.randn(1, 64, dtype=torch.float64)
+    winner = int(llm.lens_logits(hidden).argmax())
+    twin = (winner + 500) % llm.model.get_output_embeddings().weight.shape[0]  # another block of 64
+    with torch.no_grad():
+        llm.model.get_output_embeddings().weight[twin] = llm.model.get_output_embeddings().weight[winner]
+    assert llm.lens_logits(hidden)[0, winner] == llm.lens_logits(hidden)[0, twin]  # an exact tie
+    assert int(llm.lens_argmax(hidden, block=64)) == min(winner, twin) == int(llm.lens_logits(hidden).argmax())
