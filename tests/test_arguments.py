@@ -83,6 +83,7 @@ def test_pooled_scores_rank_argument_errors_and_localize_the_wrong_argument() ->
     scores = argument_metrics(records, examples).metrics
     assert scores["argument.n"] == 6 and scores["argument.accuracy"] == pytest.approx(4 / 6, abs=1e-12)
     assert scores["argument.auroc"] == 1.0 and scores["argument.localization"] == 1.0
+    assert scores["argument.localization_chance"] == 0.5  # one of the two arguments is wrong in each such call
     assert scores["argument.lens_auroc"] == 1.0 and scores["argument.lens_localization"] == 1.0
     assert 0 <= scores["argument.smece"] <= 1 and 0 <= scores["argument.lens_smece"] <= 1
     # API names: three right, the fourth's tokens all at probability 1 like the others, so no ranking signal.

@@ -122,7 +122,8 @@ class ArgumentScores:
         m = self.metrics
         lines = [f"per-argument confidence on test: {int(m[span_key(ARGUMENT, 'n')])} arguments of calls to the "
                  f"gold API (accuracy {m[span_key(ARGUMENT, 'accuracy')]:.3f}) and "
-                 f"{int(m[span_key(API_NAME, 'n')])} API names (accuracy {m[span_key(API_NAME, 'accuracy')]:.3f})"]
+                 f"{int(m[span_key(API_NAME, 'n')])} API names (accuracy {m[span_key(API_NAME, 'accuracy')]:.3f}); "
+                 f"a random argument localizes a wrong one in {m[span_key(ARGUMENT, 'localization_chance')]:.3f}"]
         for span, stats in ((ARGUMENT, ("auroc", "smece", "localization")), (API_NAME, ("auroc", "smece"))):
             for confidence in CONFIDENCES:
                 values = ", ".join(f"{s} {m[span_key(span, s, confidence)]:.3f}" for s in stats)
@@ -160,11 +161,12 @@ def argument_metrics(records: Iterable[Mapping[str, Any]], examples: Mapping[str
 
     ``argument.*``: the arguments of parsed calls to the gold API, labelled by
     :func:`argument_labels`; ``*.localization``: share of those calls with a wrong argument whose
-    least confident argument is a wrong one. ``api_name.*``: every call with an API name.
+    least confident argument is a wrong one, ``argument.localization_chance``: the same for an
+    argument picked at random. ``api_name.*``: every call with an API name.
     """
     arg_scores: dict[str, list[float]] = {c: [] for c in CONFIDENCES}
     api_scores: dict[str, list[float]] = {c: [] for c in CONFIDENCES}
-    arg_right, api_right, localized = [], [], {c: [] for c in CONFIDENCES}
+    arg_right, api_right, localized, chance = [], [], {c: [] for c in CONFIDENCES}, []
     for record in records:
         example = examples.get(record["id"])
         if example is None or gold_api(example) is None or record.get("pred_api") is None:
@@ -178,6 +180,8 @@ def argument_metrics(records: Iterable[Mapping[str, Any]], examples: Mapping[str
         per_confidence = {c: argument_confidences(record, c) for c in CONFIDENCES}
         right = {name: int(ok) for name, ok in argument_labels(example, args).items() if name in per_confidence[PRODUCT]}
         arg_right += right.values()
+        if right and not all(right.values()):
+            chance.append(1 - float(np.mean(list(right.values()))))
         for c, scores in per_confidence.items():
             arg_scores[c] += [scores[name] for name in right]
             if right and not all(right.values()) and not any(math.isnan(scores[n]) for n in right):
@@ -188,5 +192,9 @@ def argument_metrics(records: Iterable[Mapping[str, Any]], examples: Mapping[str
         out.metrics[key] = float(np.mean(hits)) if hits else math.nan
         if not hits:
             out.notes[key] = out.notes.get(span_key(ARGUMENT, "auroc", c), "no call to the gold API with a wrong argument")
+    key = span_key(ARGUMENT, "localization_chance")
+    out.metrics[key] = float(np.mean(chance)) if chance else math.nan
+    if not chance:
+        out.notes[key] = "no call to the gold API with a wrong argument"
     api = _pooled(api_scores, api_right, API_NAME, "API names")
     return ArgumentScores(out.metrics | api.metrics, out.notes | api.notes)
