@@ -312,6 +312,21 @@ def test_selective_table_shows_prr_and_aurc_beside_smece_and_auc_etcu(template, 
     assert "| Model | Confidence Estimator | smECE (↓) | Low risk (↑) | Medium risk (↑) | High risk (↑) | AUC (↑) |" in lines
 
 
+def test_the_report_shows_per_argument_confidence_per_llm(template, tmp_path):
+    store = Store(tmp_path / "proj", template)
+    spans = {"argument.n": 120, "argument.accuracy": 0.8, "argument.auroc": 0.71, "argument.smece": 0.12,
+             "argument.localization": 0.6, "argument.localization_chance": 0.55, "argument.lens_auroc": float("nan"), "api_name.n": 190,
+             "api_name.accuracy": 0.9, "api_name.auroc": 0.65, "api_name.smece": 0.05}  # no lens: a records file
+    store.job("llama3_8b_instruct", "mice_rf", metrics=as_metrics(LLAMA3["mice_rf"]) | spans)
+    report = command.build_report(store.client, EXPERIMENT, with_figures=False)
+    lines = report.markdown.splitlines()
+    assert "## Per-argument confidence" in lines
+    assert "| Llama3-8B-Instruct | ste | argument values | token-probability product | 120 | 0.800 | 0.710 | 0.120 | 0.600 | 0.550 |" in lines
+    assert "| Llama3-8B-Instruct | ste | argument values | logit-lens agreement | 120 | 0.800 | – | – | – | 0.550 |" in lines
+    assert "| Llama3-8B-Instruct | ste | API name | token-probability product | 190 | 0.900 | 0.650 | 0.050 | – | – |" in lines
+    assert len(report.csv[report.csv["table"] == "arguments"]) == 4
+
+
 # ----------------------------------------------------------------------------- Table 2, CSV
 
 
