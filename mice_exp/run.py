@@ -129,20 +129,14 @@ def confidence_sources(cfg: dict[str, Any], paths: Paths, stage: StageOutput) ->
 
 
 def _argument_scores(cfg: dict[str, Any], paths: Paths, records: list[dict[str, Any]]) -> dict[str, float]:
-    """Per-argument confidence on the test calls, where the gold call has named arguments (STE, jsonl)."""
+    """Per-argument and API-name confidence on the test calls, labelled against their examples' gold."""
     from mice_exp.features.arguments import argument_metrics
     from mice_exp.data import select_examples
 
-    gold = {e.id: e.gold for e in select_examples(cfg["dataset"], paths).examples
-            if isinstance(e.gold, dict) and isinstance(e.gold.get("action_input"), dict)}
-    if not gold:
-        return {}
-    scores = argument_metrics([r for r in records if r["split"] == "test"], gold)
-    print(f"\nper-argument confidence on test: {int(scores['argument.n'])} arguments of calls to the gold API, "
-          f"accuracy {scores['argument.accuracy']:.3f}, AUROC {scores['argument.auroc']:.3f}, "
-          f"smECE {scores['argument.smece']:.3f}, wrong argument least confident in "
-          f"{scores['argument.localization']:.3f} of calls with one")
-    return scores
+    examples = {e.id: e for e in select_examples(cfg["dataset"], paths).examples}
+    scores = argument_metrics([r for r in records if r["split"] == "test"], examples)
+    print("\n" + scores.summary())
+    return scores.metrics
 
 
 def _sample_efficiency(cfg: dict[str, Any], fs, tracker) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from mice_exp.data import load_dataset
 from mice_exp.data.bfcl import CATEGORIES, load_bfcl
 from mice_exp.cache import file_sha256
 from mice_exp.data.jsonl import load_jsonl
-from mice_exp.data.labels import is_correct
+from mice_exp.data.labels import argument_labels, is_correct
 from mice_exp.data.ste import SHARED_RELATIVE_PATH, load_ste, resolve_ste_path
 from mice_exp.errors import UserError
 
@@ -125,6 +125,7 @@ def test_bfcl_loads_its_four_categories_and_accepts_its_own_gold() -> None:
         api, args = parse_demo(example.demo)
         assert api == example.gold["name"] and api in example.tool_names
         assert is_correct(example, api, args), example.id
+        assert all(argument_labels(example, args).values()), example.id  # so is each of its arguments
     first = examples[0]
     assert first.id == "bfcl/simple_python/0"
     assert first.query == "Find the area of a triangle with a base of 10 units and height of 5 units."

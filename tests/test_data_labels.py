@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mice_exp.data.bfcl_checker import standardize_string
-from mice_exp.data.labels import is_correct, json_equal
+from mice_exp.data.labels import argument_labels, gold_api, is_correct, json_equal
 from mice_exp.data.records import Example
 
 
@@ -125,6 +125,27 @@ MINIMAL = {"base": 10, "height": 5.0, "mode": "fast"}
 )
 def test_bfcl_possible_answer_rules(api: str | None, args: dict | None, expected: bool) -> None:
     assert is_correct(BFCL, api, args) is expected
+
+
+def test_bfcl_argument_labels_apply_the_checker_per_parameter() -> None:
+    args = {**MINIMAL, "base": 10.0, "unit": "Units.", "tags": ["C", "New York"], "color": "red", "unused": "x"}
+    assert argument_labels(BFCL, args) == {"base": False, "height": True, "mode": True, "unit": True,
+                                           "tags": False, "color": False, "unused": False}
+    assert gold_api(BFCL) == "area.calc"
+
+
+@pytest.mark.parametrize("args", [MINIMAL, {**MINIMAL, "base": 10.0}, {"base": 10, "height": 5.0},
+                                  {**MINIMAL, "opts": {"x": 1, "z": 3}}, {**MINIMAL, "height": 5}])
+def test_a_bfcl_call_is_right_iff_each_argument_is_and_none_expected_is_missing(args: dict) -> None:
+    expected_ones = [p for p, values in BFCL.gold["possible_answer"].items() if "" not in values]
+    required = {*BFCL.gold["parameters"]["required"], *expected_ones}
+    expected = all(argument_labels(BFCL, args).values()) and all(p in args for p in required)
+    assert is_correct(BFCL, "area.calc", args) is expected
+
+
+def test_ste_argument_labels_compare_each_value_with_the_gold() -> None:
+    labels = argument_labels(STE, {"date": "2022-10-14", "days": "90", "extra": 1})
+    assert labels == {"date": True, "days": False, "extra": False} and gold_api(STE) == "add_date"
 
 
 def test_bfcl_no_int_for_float_inside_lists() -> None:

@@ -92,6 +92,29 @@ def test_batch_answers_good_lines_and_names_each_bad_one(answers):
     assert len({by_id[q]["probability"] for q in ("ste-text", "tool-list", 7)}) == 3  # not a constant
 
 
+def test_each_answer_says_how_sure_the_llm_is_of_each_argument(answers):
+    good = [a for a in answers if a["error"] is None]
+    assert good and all(a["arguments"] is None and a["arguments_error"] is None for a in answers if a["error"])
+    for answer in good:
+        args = answer["call"]["args"]
+        if args is None:  # tiny_random's random text: unparseable, so no argument and one line saying why
+            assert answer["arguments"] == {} and answer["arguments_error"].endswith(f"({answer['parse_error']})")
+        else:
+            assert answer["arguments_error"] is None and set(answer["arguments"]) == set(args)
+            assert all(0.0 <= p <= 1.0 for p in answer["arguments"].values())
+
+
+def test_a_parsed_call_gets_the_token_product_of_each_argument(fitted, tiny_llm):
+    gate = Gate.load(fitted[0], llm=tiny_llm)
+    text = 'Action: get_weather\nAction Input: {"city": "Paris", "days": 3}'
+    offsets = [(0, 33), (33, 42), (42, 50), (50, 59), (59, 62)]  # ... | {"city": | "Paris" | , "days": | 3}
+    record = {"pred_api": "get_weather", "pred_args": {"city": "Paris", "days": 3}, "text": text, "offsets": offsets,
+              "token_probs": [1.0, 1.0, 0.5, 1.0, 0.25], "raw_confidence": 0.125, "parse_error": None}
+    answer = gate._answer("q", record, 0.7)
+    assert answer["arguments"] == {"city": 0.5, "days": 0.25} and answer["arguments_error"] is None
+    assert answer["decision"] == "execute"
+
+
 # Runs the CLI in a fresh interpreter and records whether anything was unpickled meanwhile.
 FRESH = textwrap.dedent("""
     import sys

@@ -25,12 +25,14 @@ def test_run_logs_a_finished_mlflow_run_with_table_metrics_and_artifacts(tmp_pat
     result = run(compose_config(overrides(tmp_path)))
     printed = capsys.readouterr().out
     assert "Confidence estimator" in printed and "MICE LR" in printed and "HRE" in printed
+    assert "per-argument confidence on test:" in printed and "api_name lens: auroc" in printed
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     info = client.get_run(result["run_id"])
     assert info.info.status == "FINISHED"
     assert info.data.tags["estimator"] == "mice_lr" and info.data.params["llm.name"] == "tiny_random"
     for key in ("smece", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu", "baseline.hre.auc_etcu",
-                "prr", "aurc", "baseline.raw.prr", "baseline.nwkr.aurc", "argument.n", "argument.auroc"):
+                "prr", "aurc", "baseline.raw.prr", "baseline.nwkr.aurc", "argument.n", "argument.auroc",
+                "argument.lens_smece", "api_name.n", "api_name.lens_auroc"):
         assert key in info.data.metrics
     artifacts = {a.path for a in client.list_artifacts(result["run_id"])}
     assert {"predictions.csv", "figures", "config.yaml"} <= artifacts

@@ -103,6 +103,16 @@ def test_a_run_from_records_loads_no_llm(published, tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "6"
 
 
+def test_a_hidden_state_probe_on_a_records_file_is_one_line(published, tmp_path):
+    from mice_exp.run import run
+
+    with pytest.raises(UserError, match="last_token hidden states are not in a records file") as error:
+        run(compose_config(["llm=tiny_random", f"llm.records={published[1]}", "features=conf_only",
+                            "estimator=probe_last", "tracking.enabled=false", "permutations=0", "gate.save=false",
+                            f"paths.cache={tmp_path}"]))
+    assert "\n" not in str(error.value)
+
+
 def test_the_published_records_reproduce_the_committed_table1_rows(tmp_path):
     """Raw confidence, HRE and NWKR of SmolLM2's Table 1 (experiments/table1/results.csv, from the full
     LLM-stage sweep) come out of experiments/records/ again, with no LLM."""

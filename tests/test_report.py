@@ -295,21 +295,39 @@ def test_markdown_renders_the_paper_layout(report):
     assert "![loao_auc.png](loao_auc.png)" in md and "![etcu_ste_llama3_8b_instruct.png]" in md
 
 
+def one_run_report(store: Store, metrics: dict[str, float], baselines: dict | None = None) -> command.Report:
+    """The report of one Llama3 MICE RF run with Table 1's metrics and ``metrics``."""
+    store.job("llama3_8b_instruct", "mice_rf", metrics=as_metrics(LLAMA3["mice_rf"]) | metrics, baselines=baselines)
+    return command.build_report(store.client, EXPERIMENT, with_figures=False)
+
+
 def test_selective_table_shows_prr_and_aurc_beside_smece_and_auc_etcu(template, tmp_path):
     store = Store(tmp_path / "proj", template)
-    llm = "llama3_8b_instruct"
     base = {k: LLAMA3[k] for k in ("raw", "hre", "nwkr")}
     selective = {"prr": 0.4, "aurc": 0.2, "baseline.raw.prr": 0.1, "baseline.raw.aurc": 0.3,
                  "baseline.hre.prr": 0.2, "baseline.hre.aurc": 0.25}  # nwkr logged before PRR existed
-    store.job(llm, "mice_rf", metrics=as_metrics(LLAMA3["mice_rf"]) | selective, baselines=base)
-    report = command.build_report(store.client, EXPERIMENT, with_figures=False)
-    lines = report.markdown.splitlines()
+    lines = one_run_report(store, selective, base).markdown.splitlines()
     assert "| Model | Confidence Estimator | smECE (↓) | AUC-ETCU (↑) | PRR (↑) | AURC (↓) |" in lines
     assert "| Llama3-8B-Instruct | Raw Confidence | 0.184 | 0.001 | 0.100 | 0.300 |" in lines
     assert "|  | NWKR | **0.039** | <u>0.118</u> | – | – |" in lines
     assert "|  | MICE RF | <u>0.040</u> | **0.144** | **0.400** | **0.200** |" in lines
     # Table 1 itself keeps the paper's five columns.
     assert "| Model | Confidence Estimator | smECE (↓) | Low risk (↑) | Medium risk (↑) | High risk (↑) | AUC (↑) |" in lines
+
+
+def test_the_report_shows_per_argument_confidence_per_llm(template, tmp_path):
+    store = Store(tmp_path / "proj", template)
+    spans = {"argument.n": 120, "argument.accuracy": 0.8, "argument.auroc": 0.71, "argument.smece": 0.12,
+             "argument.localization": 0.6, "argument.localization_chance": 0.55, "argument.lens_auroc": float("nan"),
+             "api_name.n": 190, "api_name.accuracy": 0.9, "api_name.auroc": 0.65, "api_name.smece": 0.05}  # no lens ids
+    report = one_run_report(store, spans)
+    lines = report.markdown.splitlines()
+    row = "| Llama3-8B-Instruct | ste | "
+    assert "## Per-argument confidence" in lines
+    assert row + "argument values | token-probability product | 120 | 0.800 | 0.710 | 0.120 | 0.600 | 0.550 |" in lines
+    assert row + "argument values | logit-lens agreement | 120 | 0.800 | – | – | – | 0.550 |" in lines
+    assert row + "API name | token-probability product | 190 | 0.900 | 0.650 | 0.050 | – | – |" in lines
+    assert len(report.csv[report.csv["table"] == "arguments"]) == 4
 
 
 # ----------------------------------------------------------------------------- Table 2, CSV

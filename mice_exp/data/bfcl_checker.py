@@ -54,16 +54,22 @@ def check_call(gold: dict[str, Any], api: str, args: dict[str, Any]) -> bool:
     """
     if api != gold["name"]:
         return False
-    schema = gold["parameters"]["properties"]
-    possible = gold["possible_answer"]
     if any(param not in args for param in gold["parameters"].get("required", [])):
         return False
-    for param, value in args.items():
-        if param not in schema or param not in possible:
-            return False
-        if not _param_ok(value, schema[param], possible[param]):
-            return False
-    return all(param in args or "" in values for param, values in possible.items())
+    if not all(check_argument(gold, param, value) for param, value in args.items()):
+        return False
+    return all(param in args or "" in values for param, values in gold["possible_answer"].items())
+
+
+def check_argument(gold: dict[str, Any], param: str, value: Any) -> bool:
+    """Whether one given argument ``param=value`` of a call to the gold function passes BFCL's
+    per-parameter rules: declared in the schema and the possible answer, right type, accepted value.
+
+    A call is accepted iff every given argument passes and none required or expected is missing
+    (:func:`check_call`); this is the per-argument label of :mod:`mice_exp.features.arguments`.
+    """
+    schema, possible = gold["parameters"]["properties"], gold["possible_answer"]
+    return param in schema and param in possible and _param_ok(value, schema[param], possible[param])
 
 
 def _param_ok(value: Any, spec: dict[str, Any], acceptable: list[Any]) -> bool:

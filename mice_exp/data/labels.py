@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mice_exp.data.bfcl_checker import check_call
+from mice_exp.data.bfcl_checker import check_argument, check_call
 from mice_exp.data.records import Example
 
 
@@ -21,6 +21,24 @@ def is_correct(example: Example, api: str | None, args: dict[str, Any] | None) -
         return check_call(example.gold, api, args)
     if example.dataset in ("ste", "jsonl"):
         return api == example.gold["action"] and json_equal(args, example.gold["action_input"])
+    raise ValueError(f"no labeler for dataset {example.dataset!r} (example {example.id})")
+
+
+def gold_api(example: Example) -> str | None:
+    """The API the gold call names (None for a query without gold, as the gate's)."""
+    return example.gold.get("name" if example.dataset == "bfcl" else "action")
+
+
+def argument_labels(example: Example, args: dict[str, Any]) -> dict[str, bool]:
+    """Whether each given argument of a call to the gold API is right, by the same rule as
+    :func:`is_correct`: STE and jsonl, the value equals the gold's; BFCL, the argument passes the
+    checker's per-parameter rules. Arguments the call leaves out have no span, so no label.
+    """
+    if example.dataset == "bfcl":
+        return {name: check_argument(example.gold, name, value) for name, value in args.items()}
+    if example.dataset in ("ste", "jsonl"):
+        gold = example.gold["action_input"]
+        return {name: name in gold and json_equal(value, gold[name]) for name, value in args.items()}
     raise ValueError(f"no labeler for dataset {example.dataset!r} (example {example.id})")
 
 

@@ -202,8 +202,10 @@ class Gate:
 
     def decide(self, queries: Sequence[Any], places: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """One answer per query, in order: ``{id, call: {api, args}, text, probability, decision, tau,
-        raw_confidence, parse_error, error}``; ``decision`` is "execute" (p > tau) or "abstain", and
-        a query that cannot be run gets ``error`` (and no decision) while the others still run."""
+        raw_confidence, arguments, arguments_error, parse_error, error}``; ``decision`` is "execute"
+        (p > tau) or "abstain"; ``arguments`` maps each top-level argument to the product of its value
+        tokens' probabilities ({} and ``arguments_error`` saying why for an unparseable call); a query
+        that cannot be run gets ``error`` (and no decision) while the others still run."""
         from mice_exp.data.retrieval import rank_demos
         from mice_exp.llm.prompt import build_prompt
 
@@ -264,10 +266,15 @@ class Gate:
         return [records[n] for n in keep], p[keep]
 
     def _answer(self, qid: Any, record: Mapping[str, Any], p: float) -> dict[str, Any]:
+        from mice_exp.features.arguments import answer_arguments
+
+        arguments, why_none = answer_arguments(record)
         return {"id": qid, "call": {"api": record["pred_api"], "args": record["pred_args"]}, "text": record["text"],
                 "probability": p, "decision": "execute" if p > self.tau else "abstain", "tau": self.tau,
-                "raw_confidence": record["raw_confidence"], "parse_error": record["parse_error"], "error": None}
+                "raw_confidence": record["raw_confidence"], "arguments": arguments, "arguments_error": why_none,
+                "parse_error": record["parse_error"], "error": None}
 
     def _error(self, qid: Any, message: str) -> dict[str, Any]:
         return {"id": qid, "call": None, "text": None, "probability": None, "decision": None, "tau": self.tau,
-                "raw_confidence": None, "parse_error": None, "error": message}
+                "raw_confidence": None, "arguments": None, "arguments_error": None, "parse_error": None,
+                "error": message}

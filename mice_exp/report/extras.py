@@ -4,7 +4,8 @@
   ``sample_efficiency.csv`` artifact;
 * risk sweep: ETCU of every estimator at each ``risk.fp`` of ``risk=custom`` runs;
 * action-belief consistency (Pal et al.): the ``agent.*`` and ``action_belief.*`` metrics;
-* miscalibration field (Kobalczyk & van der Schaar): the ``field.*`` metrics of ``estimator=field`` runs.
+* miscalibration field (Kobalczyk & van der Schaar): the ``field.*`` metrics of ``estimator=field`` runs;
+* per-argument confidence: the ``argument.*`` and ``api_name.*`` metrics every STE, jsonl or BFCL run logs.
 
 Like the rest of the report this reads MLflow only.
 """
@@ -25,7 +26,10 @@ from mice_exp.report.collect import Predictions
 from mice_exp.report.plots import slug
 from mice_exp.report.tables import ESTIMATOR_NAMES, ESTIMATOR_ORDER, MICE_ORDER, fmt
 from mice_exp.tracking.schema import (
+    API_NAME,
+    ARGUMENT,
     RISK_TAG,
+    SPAN_CONFIDENCES,
     SAMPLE_EFFICIENCY_CSV,
     action_belief_key,
     agent_key,
@@ -33,6 +37,7 @@ from mice_exp.tracking.schema import (
     field_key,
     parse_action_belief_key,
     parse_baseline_key,
+    span_key,
 )
 
 
@@ -219,7 +224,46 @@ def miscalibration_field(runs: Sequence[Any]) -> Section | None:
     return Section(body, frame.assign(table="field"))
 
 
+SPANS = {ARGUMENT: "argument values", API_NAME: "API name"}
+CONFIDENCE_NAMES = {"product": "token-probability product", "lens": "logit-lens agreement"}
+
+
+def argument_confidence(runs: Sequence[Any]) -> Section | None:
+    """n, accuracy, AUROC, smECE (and localization for arguments) of each span confidence, per LLM.
+
+    These depend on the LLM stage's records only, so the newest run per LLM and data set speaks for all.
+    """
+    chosen = _latest([r for r in runs if span_key(ARGUMENT, "n") in r.data.metrics],
+                     lambda r: (r.data.tags.get("llm"), r.data.tags.get("dataset")))
+    if not chosen:
+        return None
+    rows = []
+    for run in chosen:
+        m = run.data.metrics
+        llm = run.data.params.get("llm.display", run.data.tags.get("llm", ""))
+        for span, confidence in ((s, c) for s in SPANS for c in SPAN_CONFIDENCES):
+            stat = {k: m.get(span_key(span, k, confidence), np.nan) for k in ("auroc", "smece", "localization")}
+            stat["chance"] = m.get(span_key(span, "localization_chance"), np.nan)
+            rows.append({"llm": llm, "dataset": run.data.tags.get("dataset", ""), "span": SPANS[span],
+                         "confidence": CONFIDENCE_NAMES[confidence], "n": m.get(span_key(span, "n"), np.nan),
+                         "accuracy": m.get(span_key(span, "accuracy"), np.nan), **stat, "run_id": run.info.run_id})
+    frame = pd.DataFrame(rows).sort_values(["dataset", "llm"], kind="stable")
+    shown = frame.assign(n=[str(int(n)) if n == n else "–" for n in frame["n"]])
+    header = {"llm": "Model", "dataset": "Data", "span": "Span", "confidence": "Confidence", "n": "n", "accuracy": "accuracy",
+              "auroc": "AUROC (↑)", "smece": "smECE (↓)", "localization": "localization (↑)",
+              "chance": "random argument"}
+    body = ("## Per-argument confidence\n\nOn the test calls: each top-level argument of a call to the gold API "
+            "(right or wrong by the data set's rule) and each call's API name, scored by the product of its "
+            "tokens' probabilities and by the share of logit-lens layers already predicting its tokens; "
+            "localization: share of the calls with a wrong argument whose least confident argument is a wrong one "
+            "(random argument: the same share for an argument picked at random). "
+            "– : undefined (one class, or a records file without lens ids; the run's output says which).\n\n"
+            + _markdown(shown, header))
+    return Section(body, frame.assign(table="arguments"))
+
+
 def extra_sections(client, runs: Sequence[Any]) -> list[Section]:
     """Every extra section that ``runs`` (FINISHED, newest first) have results for."""
-    found = [sample_efficiency(client, runs), risk_sweep(runs), action_belief(runs), miscalibration_field(runs)]
+    found = [argument_confidence(runs), sample_efficiency(client, runs), risk_sweep(runs), action_belief(runs),
+             miscalibration_field(runs)]
     return [section for section in found if section is not None]

@@ -61,6 +61,20 @@ def _per_estimator(prefix: str, name: str) -> tuple[str, str] | None:
     return (estimator, rest) if head == prefix and estimator and rest else None
 
 
+#: Per-span confidence (:mod:`mice_exp.features.arguments`): a call's top-level argument values and its API name,
+#: each scored by the token-probability product and by the logit-lens layers' agreement on the span.
+ARGUMENT = "argument"
+API_NAME = "api_name"
+PRODUCT = "product"
+LENS = "lens"
+SPAN_CONFIDENCES = (PRODUCT, LENS)
+
+
+def span_key(span: str, statistic: str, confidence: str = PRODUCT) -> str:
+    """``argument.auroc`` (token product, the first logged), ``argument.lens_auroc``, ``api_name.n``..."""
+    return f"{span}.{'' if confidence == PRODUCT else confidence + '_'}{statistic}"
+
+
 def agent_key(statistic: str) -> str:
     """What the agent itself did (``agent.act_rate``, ``agent.etcu_<risk>``)."""
     return f"{AGENT}.{statistic}"
