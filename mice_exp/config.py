@@ -137,8 +137,8 @@ def used_baselines(cfg: Mapping[str, Any]) -> list[str]:
 def keep_used_baselines(cfg: dict[str, Any]) -> dict[str, Any]:
     """``cfg`` with only the baselines it reads: the params, the config hash and the saved config
     then describe what ran, not every estimator ``conf/config.yaml`` composes."""
-    used = used_baselines(cfg)
-    cfg["baselines"] = {k: v for k, v in (cfg.get("baselines") or {}).items() if k in used}
+    baselines = cfg.get("baselines") or {}
+    cfg["baselines"] = {k: baselines[k] for k in used_baselines(cfg) if k in baselines}
     return cfg
 
 

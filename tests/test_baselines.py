@@ -25,7 +25,7 @@ def test_every_conf_estimator_is_composed_under_baselines():
 
 
 def test_an_override_reaches_the_fitted_reference_row():
-    fs = feature_set(per_api=40)
+    fs = feature_set()
     rows = {}
     for n_bins in (None, 2):
         overrides = ["compare_with=[raw,hre]", "estimator=mice_lr", "permutations=0", "n_jobs=1"]

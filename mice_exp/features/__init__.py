@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from mice_exp.errors import UserError
-from mice_exp.features.bertscore import cached_bertscore
+from mice_exp.features.bertscore import cached_bertscore  # noqa: F401 (re-exported: the view cache)
 from mice_exp.llm.records import ARRAYS, StageOutput
 
 
