@@ -16,8 +16,9 @@ import time
 import numpy as np
 
 from mice_exp.compose import as_plain, compose_config
-from mice_exp.estimation import run_estimators
+from mice_exp.estimation import Study
 from mice_exp.features import FeatureSet
+from mice_exp.protocols import make_protocol
 
 
 def synthetic_bertscore_view(n_apis: int = 50, per_api: tuple[int, int, int] = (8, 3, 4), layers: int = 29,
@@ -42,7 +43,7 @@ def main() -> None:
         cfg = as_plain(compose_config(["estimator=mice_rf", "compare_with=[raw,hre,nwkr,mice_lr]",
                                        f"permutations={permutations}"]))
         start = time.perf_counter()
-        rows = run_estimators(cfg, fs)
+        rows = make_protocol(cfg["protocol"]).run(Study.from_config(cfg), fs).rows
         elapsed = time.perf_counter() - start
         print(f"{len(fs.ids)} examples, {', '.join(r.name for r in rows)}: fit + predict + metrics"
               + (f" + {permutations}-permutation tests of MICE RF vs HRE and NWKR on 5 metrics" if permutations else "")

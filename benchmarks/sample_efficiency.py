@@ -31,10 +31,11 @@ import pandas as pd
 import psutil
 from scipy.special import expit
 
+from mice_exp.compose import as_plain, compose_config
+from mice_exp.estimation import Study
 from mice_exp.features import FeatureSet
 from mice_exp.protocols.sample_efficiency import (
     PAPER_SIZES,
-    build_estimators,
     sample_efficiency_figure,
     sample_efficiency_scores,
     summarise,
@@ -100,7 +101,9 @@ def main() -> None:
     args = parser.parse_args()
 
     fs = synthetic_ste()
-    estimators, names, _ = build_estimators(["mice_lr", "mice_rf"], seed=0)
+    study = Study.from_config(as_plain(compose_config(["protocol=sample_efficiency"])))
+    candidates = [study.candidate(key, "protocol.estimators") for key in ("mice_lr", "mice_rf")]
+    estimators, names = {c.key: c.estimator for c in candidates}, {c.key: c.name for c in candidates}
     train = fs.rows("train")
     print(f"synthetic STE: {len(fs.ids)} examples x {fs.X.shape[1]} features "
           f"({fs.X.shape[1] - 1} BERTScore-like + confidence); {train.sum()} train "

@@ -2,14 +2,16 @@
 
 Its own module because both the pipeline (:mod:`mice_exp.run`) and the sub-commands it does not
 know about (:mod:`mice_exp.gate.command`) need it: living in either made them import each other.
+:func:`build_object` turns a group's node (``protocol``, ``features``) into its object in one hop.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from hydra import compose, initialize_config_dir
-from hydra.errors import HydraException
+from hydra.errors import HydraException, InstantiationException
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -38,3 +40,36 @@ def as_plain(cfg: DictConfig | dict) -> dict[str, Any]:
     if isinstance(cfg, DictConfig):
         return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     return cfg
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group in ``conf/`` (what ``group=NAME`` accepts)."""
+    return sorted(p.stem for p in (project_root() / "conf" / group).glob("*.yaml"))
+
+
+def build_object(node: Mapping[str, Any], group: str, kind: type, labels: Mapping[str, str | None]) -> Any:
+    """The object a config group's node names with ``_target_``, built in one hop by Hydra.
+
+    ``labels`` are keys of the node that name it rather than configure it (they are not passed to the
+    object): ``{key: attribute}`` checks that the node's value is the object's own ``attribute``
+    (``protocol.name=kfold`` on the holdout protocol would mislabel every table and run), ``{key: None}``
+    only drops the key. Every problem is one line naming the group.
+    """
+    params = {k: v for k, v in node.items() if k not in labels}
+    target = params.get("_target_")
+    choose = f"choose a {group} with {group}={'|'.join(group_options(group))}"
+    if not target:
+        raise UserError(f"{group} has no _target_; expected a conf/{group} entry naming its class ({choose})")
+    try:
+        built = instantiate(params, _convert_="all")
+    except InstantiationException as error:
+        reason = " ".join(str(error).replace(", set env var HYDRA_FULL_ERROR=1 to see chained exception", "").split())
+        raise UserError(f"{group}._target_={target!r}: {reason}; expected a class of mice_exp ({choose})") from None
+    if not isinstance(built, kind):
+        raise UserError(f"{group}._target_={target!r} is a {type(built).__name__}; expected a {kind.__name__} ({choose})")
+    for key, attribute in labels.items():
+        own = getattr(built, attribute) if attribute else None
+        if own is not None and key in node and node[key] != own:
+            raise UserError(f"{group}.{key}={node[key]!r}, but {group}._target_={target} is the {own!r} {group}; "
+                            f"expected {group}.{key}={own} ({choose})")
+    return built

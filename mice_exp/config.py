@@ -122,23 +122,56 @@ def check_run_shape(cfg: Mapping[str, Any]) -> None:
                            "expected dataset.max_apis >= 2 (or null) or protocol=holdout")
 
 
+def used_baselines(cfg: Mapping[str, Any]) -> list[str]:
+    """The ``baselines`` entries a run reads: its reference rows, its estimator's base (and that base's
+    base) and the sample-efficiency protocol's estimators, in that order, each once."""
+    baselines = cfg.get("baselines") or {}
+    names = [*cfg["compare_with"], *(cfg["protocol"].get("estimators") or [])]
+    entry = cfg["estimator"]
+    while entry.get("base") and entry["base"] not in names:
+        names.append(entry["base"])
+        entry = baselines.get(entry["base"]) or {}
+    return list(dict.fromkeys(names))
+
+
+def keep_used_baselines(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` with only the baselines it reads: the params, the config hash and the saved config
+    then describe what ran, not every estimator ``conf/config.yaml`` composes."""
+    baselines = cfg.get("baselines") or {}
+    cfg["baselines"] = {k: baselines[k] for k in used_baselines(cfg) if k in baselines}
+    return cfg
+
+
+def check_baselines(cfg: Mapping[str, Any]) -> None:
+    """Every estimator a run names exists among the composed ``baselines`` and builds; the estimator
+    rules (:data:`RULES` under ``estimator.``) hold for each of them too."""
+    from mice_exp.estimation import Study
+
+    study = Study.from_config(cfg)
+    for key in cfg["protocol"].get("estimators") or []:
+        study.candidate(key, "protocol.estimators")
+    for name in used_baselines(cfg):
+        entry = {**cfg, "estimator": cfg["baselines"][name]}
+        for key, (ok, expected) in RULES.items():
+            present, value = _lookup(entry, key) if key.startswith("estimator.") else (False, None)
+            expect(not present or ok(value), f"baselines.{name}.{key.removeprefix('estimator.')}={value!r}; "
+                                             f"expected {expected}")
+
+
 def check_config(cfg: dict[str, Any]) -> None:
     """Reject invalid values before anything expensive runs (each check raises a one-line UserError)."""
-    from mice_exp.estimation import estimator_config, risks_from
-    from mice_exp.features import check_features
+    from mice_exp.features import make_view
     from mice_exp.llm.records import SOURCES
-    from mice_exp.protocols import get_protocol
+    from mice_exp.protocols import make_protocol
     from mice_exp.tracking.store import is_enabled, tracking_uri
 
     if cfg.get("stage", "all") not in STAGES:
         raise UserError(f"stage={cfg.get('stage')!r}; expected one of {', '.join(STAGES)}")
     check_values(cfg)
     check_model_folder(cfg["llm"]["source"])
-    get_protocol(cfg["protocol"]["name"])
-    risks_from(cfg["risk"])
-    for name in [*cfg["compare_with"], *([cfg["estimator"]["base"]] if cfg["estimator"].get("base") else [])]:
-        estimator_config(name, cfg["seed"])
-    check_features(cfg["features"])
+    make_protocol(cfg["protocol"])
+    make_view(cfg["features"]).validate()
+    check_baselines(cfg)
     unknown = set(cfg["sources"]["use"]) - set(SOURCES)
     if unknown:
         raise UserError(f"sources.use={cfg['sources']['use']}; expected some of {', '.join(SOURCES)}")

@@ -1,28 +1,27 @@
-"""The estimation stage: fit the configured estimator and its baselines, evaluate them on test.
+"""The estimation stage's objects: the estimators a protocol fits and how its rows are scored.
 
 Every run compares its estimator with the reference rows of MICE Table 1 (raw confidence,
-HRE, NWKR), so each run is a self-contained table and permutation tests have partners.
+HRE, NWKR), so each run is a self-contained table and permutation tests have partners. Every
+estimator comes from the composed config: the run's own from ``estimator``, the others from
+``baselines.<key>`` (``conf/config.yaml`` composes every ``conf/estimator`` entry there), so a
+command-line override such as ``baselines.hre.model.n_bins=20`` reaches the HRE row. The
+protocols (:mod:`mice_exp.protocols`) decide which rows train and predict each estimator.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from joblib import Parallel, delayed
-from omegaconf import OmegaConf
 
 from mice_exp.errors import UserError
 from mice_exp.metrics import PAPER_RISKS, Risk, evaluate, permutation_test
 from mice_exp.metrics.utility import auc_etcu, etcu
-from mice_exp.paths import project_root
-from mice_exp.protocols import get_protocol
 from mice_exp.tracking.schema import MARKS, TABLE_METRICS, action_belief_key, agent_key, pvalue_key
-
-if TYPE_CHECKING:  # the feature views read the LLM stage's cache; estimation only needs the type
-    from mice_exp.features import FeatureSet
 
 
 @dataclass
@@ -35,20 +34,43 @@ class Row:
     marks: dict[str, str] = field(default_factory=dict)
 
 
-def estimator_config(name: str, seed: int) -> dict[str, Any]:
-    """A ``conf/estimator`` entry by name (for the baseline rows)."""
-    path = project_root() / "conf" / "estimator" / f"{name}.yaml"
-    if not path.exists():
-        raise UserError(f"no estimator {name!r} (in compare_with or estimator.base); expected a file conf/estimator/{name}.yaml")
-    return OmegaConf.to_container(OmegaConf.merge({"seed": seed}, OmegaConf.load(path)), resolve=True)
+@dataclass
+class Candidate:
+    """An unfitted estimator with what a table calls it (``key`` in metric names, ``name`` on screen)
+    and the confidence source it reads when it calibrates one confidence (``estimator.source``)."""
+
+    key: str
+    name: str
+    estimator: Any
+    source: str = "raw"
 
 
-def build_estimator(entry: Mapping[str, Any], seed: int) -> Any:
-    """An unfitted estimator from a ``conf/estimator`` entry; one with a ``base`` (the field
-    correction) gets that entry's estimator as its ``base``."""
-    if entry.get("base"):
-        return instantiate(entry["model"], base=build_estimator(estimator_config(entry["base"], seed), seed))
-    return instantiate(entry["model"])
+def baseline_entry(baselines: Mapping[str, Any] | None, key: str, where: str) -> Mapping[str, Any]:
+    """The composed ``baselines.<key>`` entry that ``where`` (compare_with, estimator.base, ...) names."""
+    baselines = baselines or {}
+    if key not in baselines:
+        raise UserError(f"{where} names {key!r}, which is not a composed estimator; expected one of "
+                        f"{', '.join(baselines) or 'the conf/estimator entries'} (an estimator file of your own: "
+                        f"add +estimator@baselines.{key}={key})")
+    return baselines[key]
+
+
+def build_estimator(entry: Mapping[str, Any], baselines: Mapping[str, Any] | None = None) -> Any:
+    """An unfitted estimator from a composed ``conf/estimator`` entry; one with a ``base`` (the field
+    correction) gets ``baselines.<base>``'s estimator as its ``base``."""
+    try:
+        if entry.get("base"):
+            base = baseline_entry(baselines, entry["base"], "estimator.base")
+            return instantiate(entry["model"], base=build_estimator(base, baselines))
+        return instantiate(entry["model"])
+    except InstantiationException as error:
+        reason = " ".join(str(error).replace(", set env var HYDRA_FULL_ERROR=1 to see chained exception", "").split())
+        raise UserError(f"estimator {entry.get('key')!r}: {reason}") from None
+
+
+def candidate(entry: Mapping[str, Any], baselines: Mapping[str, Any] | None = None) -> Candidate:
+    """A composed ``conf/estimator`` entry as an unfitted :class:`Candidate`."""
+    return Candidate(entry["key"], entry["name"], build_estimator(entry, baselines), entry.get("source", "raw"))
 
 
 def risks_from(cfg_risk: Mapping[str, Any]) -> dict[str, Risk]:
@@ -71,40 +93,59 @@ def _metric_fn(name: str, risks: Mapping[str, Risk]):
     return lambda p, y: etcu(p, y, risks[name.removeprefix("etcu_")])
 
 
-def run_estimators(cfg: Mapping[str, Any], fs: FeatureSet) -> list[Row]:
-    """Fit the estimator under the configured protocol and the reference rows (``compare_with``) under
-    holdout; metrics on test, permutation marks vs HRE / NWKR.
+@dataclass
+class Study:
+    """What a protocol fits and how its rows are scored: the run's estimator (``main``), the reference
+    rows (``compare_with``), every composed estimator entry (``baselines``: protocols that choose
+    their own estimators, such as sample efficiency, build them from here), the risks and the
+    permutation tests' settings; ``llm``, ``dataset`` and ``features`` only label tables and figures."""
 
-    The reference rows are always the in-domain ones Table 1 displays, so a zero-shot (loao) row's
-    marks compare it with the very HRE / NWKR predictions shown above it, on the same test calls.
-    """
-    risks = risks_from(cfg["risk"])
-    protocol = get_protocol(cfg["protocol"]["name"])
-    reference = get_protocol("holdout")
-    y = fs.labels[fs.rows("test")]
-    if len(y) == 0:
-        raise UserError("the test split is empty; expected dataset.split.test > 0")
-    entries = [(k, estimator_config(k, cfg["seed"])) for k in cfg["compare_with"]]
-    entries.append((cfg["estimator"]["key"], cfg["estimator"]))
-    rows = []
-    for n, (key, entry) in enumerate(entries):
-        fit = protocol if n == len(entries) - 1 else reference
-        p, fitted = fit(build_estimator(entry, cfg["seed"]), fs, entry.get("source", "raw"))
-        rows.append(Row(key, entry["name"], fitted, p, evaluate(p, y, risks)))
-    by_key = {r.key: r for r in rows}
-    main = rows[-1]
-    tested = int(cfg["permutations"]) > 0  # 0: no significance tests (sweeps that only need the metrics)
-    pairs = [(ref, metric) for ref in MARKS if tested and ref in by_key and ref != main.key for metric in TABLE_METRICS]
-    # smECE's bandwidth search makes each permuted metric ~40 ms: run the tests on every core.
-    tests = Parallel(n_jobs=int(cfg.get("n_jobs", -1)))(
-        delayed(permutation_test)(_metric_fn(metric, risks), main.p, by_key[ref].p, y,
-                                  n_permutations=int(cfg["permutations"]), seed=int(cfg["seed"]))
-        for ref, metric in pairs)
-    for (ref, metric), test in zip(pairs, tests):
-        main.metrics[pvalue_key(metric, ref)] = test.p_value
-        if test.p_value < 0.05 and test.difference > 0:
-            main.marks[metric] = main.marks.get(metric, "") + MARKS[ref]
-    return rows
+    main: Candidate
+    references: list[Candidate]
+    baselines: Mapping[str, Mapping[str, Any]]
+    risks: dict[str, Risk]
+    permutations: int = 1000
+    seed: int = 0
+    n_jobs: int = -1
+    llm: str = ""
+    dataset: str = ""
+    features: str = ""
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> Study:
+        """The study a resolved run config describes (every name checked: one-line errors)."""
+        baselines = cfg.get("baselines") or {}
+        references = [candidate(baseline_entry(baselines, key, "compare_with"), baselines) for key in cfg["compare_with"]]
+        return cls(main=candidate(cfg["estimator"], baselines), references=references, baselines=baselines,
+                   risks=risks_from(cfg["risk"]), permutations=int(cfg["permutations"]), seed=int(cfg["seed"]),
+                   n_jobs=int(cfg.get("n_jobs", -1)), llm=cfg["llm"]["display"], dataset=cfg["dataset"]["name"],
+                   features=cfg["features"]["name"])
+
+    def candidate(self, key: str, where: str) -> Candidate:
+        """A fresh unfitted estimator of ``baselines.<key>`` (``where``: the setting that names it)."""
+        return candidate(baseline_entry(self.baselines, key, where), self.baselines)
+
+    def heading(self, protocol: str, n_test: int) -> str:
+        return f"{self.llm} on {self.dataset} ({protocol}, features {self.features}, {n_test} test examples)"
+
+    def score(self, fitted: Sequence[tuple[Candidate, np.ndarray, Any]], y: np.ndarray) -> list[Row]:
+        """Rows of ``(candidate, test predictions, fitted estimator or None)``, the run's estimator last:
+        metrics on the test labels ``y``, the last row's p-values and marks against HRE / NWKR."""
+        rows = [Row(c.key, c.name, model, p, evaluate(p, y, self.risks)) for c, p, model in fitted]
+        by_key = {r.key: r for r in rows}
+        main = rows[-1]
+        tested = self.permutations > 0  # 0: no significance tests (sweeps that only need the metrics)
+        pairs = [(ref, metric) for ref in MARKS if tested and ref in by_key and ref != main.key for metric in TABLE_METRICS]
+        # smECE's bandwidth search makes each permuted metric ~40 ms: run the tests on every core.
+        tests = Parallel(n_jobs=self.n_jobs)(
+            delayed(permutation_test)(_metric_fn(metric, self.risks), main.p, by_key[ref].p, y,
+                                      n_permutations=self.permutations, seed=self.seed)
+            for ref, metric in pairs)
+        for (ref, metric), test in zip(pairs, tests):
+            main.metrics[pvalue_key(metric, ref)] = test.p_value
+            if test.p_value < 0.05 and test.difference > 0:
+                main.marks[metric] = main.marks.get(metric, "") + MARKS[ref]
+        return rows
 
 
 def feature_weights(row: Row, columns: list[str]) -> tuple[np.ndarray, str] | None:

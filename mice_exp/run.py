@@ -1,7 +1,10 @@
 """The plain pipeline behind the Hydra entrypoint: ``run(cfg) -> dict`` (easy to call from tests).
 
-LLM stage (cached) -> feature view (cached) -> estimators under a protocol -> metrics,
-all inside one MLflow run that ends FINISHED or FAILED.
+LLM stage (cached) -> feature view (cached) -> protocol (estimators, metrics) -> log, all inside
+one MLflow run that ends FINISHED or FAILED. Each step is an object the config names: the stage's
+:class:`~mice_exp.llm.records.StageOutput`, the view (:func:`mice_exp.features.make_view`), the
+protocol (:func:`mice_exp.protocols.make_protocol`) with the estimators of a
+:class:`~mice_exp.estimation.Study`; this module only hands each one's output to the next and logs.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from mice_exp.compose import as_plain
-from mice_exp.config import check_cache, check_config, check_data
+from mice_exp.config import check_cache, check_config, check_data, keep_used_baselines
 from mice_exp.errors import UserError
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.records import StageOutput, read_records_file, read_stage
@@ -98,7 +101,9 @@ def load_stage(cfg: dict[str, Any], paths: Paths) -> StageOutput:
     if cfg["llm"].get("records"):
         from mice_exp.paths import resolve
 
-        needs = ["layer_strings"] if cfg["features"]["view"] == "bertscore" else []
+        from mice_exp.features import make_view
+
+        needs = make_view(cfg["features"]).record_fields
         return read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"], needs)
     from mice_exp.llm.stage import run_llm_stage
 
@@ -139,36 +144,17 @@ def _argument_scores(cfg: dict[str, Any], paths: Paths, records: list[dict[str, 
     return scores.metrics
 
 
-def _sample_efficiency(cfg: dict[str, Any], fs, tracker) -> dict[str, Any]:
-    """MICE Figure 7: AUC-ETCU against training size, as a table and a figure."""
-    from mice_exp.protocols.sample_efficiency import run_sample_efficiency
-
-    table, figure = run_sample_efficiency(cfg["protocol"], fs, seed=int(cfg["seed"]), title=cfg["llm"]["display"])
-    print("\n" + table.to_string())
-    tracker.log_table(table, schema.SAMPLE_EFFICIENCY_CSV)
-    tracker.log_figure(figure, schema.SAMPLE_EFFICIENCY_FIGURE)
-    return {}
-
-
-def _estimate(cfg: dict[str, Any], paths: Paths, stage: StageOutput, tracker) -> dict[str, Any]:
-    from mice_exp.estimation import run_estimators, table
-    from mice_exp.features import build_features
-
-    sources = confidence_sources(cfg, paths, stage)
-    fs = build_features(cfg["features"], stage, paths.features, seed=int(cfg["seed"]), sources=sources)
-    if cfg["protocol"]["name"] == "sample_efficiency":
-        return _sample_efficiency(cfg, fs, tracker)
-    rows = run_estimators(cfg, fs)
-    print("\n" + table(rows, f"{cfg['llm']['display']} on {cfg['dataset']['name']} "
-                             f"({cfg['protocol']['name']}, features {cfg['features']['name']}, "
-                             f"{int(fs.rows('test').sum())} test examples)"))
+def _log_rows(cfg: dict[str, Any], paths: Paths, stage: StageOutput, fs, rows, tracker) -> dict[str, Any]:
+    """What a run with Table-1 rows logs: every row's metrics (the reference rows as ``baseline.*``),
+    the action-belief and per-argument scores, the field diagnostics, the predictions and figures,
+    and the gate of the fitted estimator."""
     metrics = dict(rows[-1].metrics)
     for row in rows[:-1]:
         metrics |= {schema.baseline_key(row.key, k): v for k, v in row.metrics.items()}
-    if "acts" in sources:
+    if "acts" in fs.sources:
         from mice_exp.estimation import action_belief
 
-        text, belief = action_belief(rows, sources["acts"][fs.rows("test")], fs.labels[fs.rows("test")])
+        text, belief = action_belief(rows, fs.sources["acts"][fs.rows("test")], fs.labels[fs.rows("test")])
         print("\n" + text)
         metrics |= belief
     metrics |= _argument_scores(cfg, paths, stage.records)
@@ -182,6 +168,23 @@ def _estimate(cfg: dict[str, Any], paths: Paths, stage: StageOutput, tracker) ->
     if saved:
         print(f"gate saved: {saved.get('uri') or saved.get('folder')} (mice-exp gate model=... input=queries.jsonl)")
     return metrics | {"objective": rows[-1].metrics[schema.OBJECTIVE]}
+
+
+def _estimate(cfg: dict[str, Any], paths: Paths, stage: StageOutput, tracker) -> dict[str, Any]:
+    """Feature view -> protocol -> log."""
+    from mice_exp.estimation import Study
+    from mice_exp.features import build_features
+    from mice_exp.protocols import make_protocol
+
+    sources = confidence_sources(cfg, paths, stage)
+    fs = build_features(cfg["features"], stage, paths.features, seed=int(cfg["seed"]), sources=sources)
+    outcome = make_protocol(cfg["protocol"]).run(Study.from_config(cfg), fs)
+    print("\n" + outcome.text)
+    for name, frame in outcome.tables.items():
+        tracker.log_table(frame, name)
+    for name, figure in outcome.figures.items():
+        tracker.log_figure(figure, name)
+    return _log_rows(cfg, paths, stage, fs, outcome.rows, tracker) if outcome.rows else {}
 
 
 def finished_before(cfg: dict[str, Any], paths: Paths, sweep: str) -> str | None:
@@ -207,6 +210,7 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
 
     cfg = as_plain(cfg)
     check_config(cfg)
+    keep_used_baselines(cfg)  # params, config hash and saved config: only the estimators this run reads
     if not cfg["llm"].get("records"):  # the dtype auto picks, in the params, the config hash and the gate
         cfg["llm"]["dtype"] = resolve_dtype(cfg["llm"]["dtype"], cfg["llm"]["device"])
     paths = paths_from(cfg["paths"])

@@ -91,11 +91,11 @@ def test_a_truncated_demos_file_is_recomputed(intact, copy, tiny_llm, caplog):
 
 
 def test_a_truncated_feature_cache_is_set_aside_and_recomputed(intact, tmp_path, monkeypatch, caplog):
-    import mice_exp.features as features
+    import mice_exp.features.bertscore as bertscore
 
     stage = read_stage(intact)
     calls: list[int] = []
-    monkeypatch.setattr(features, "bertscore_matrix",
+    monkeypatch.setattr(bertscore, "bertscore_matrix",
                         lambda rows, encoder: calls.append(len(rows)) or np.arange(len(rows) * 3.0).reshape(-1, 3))
     first = cached_bertscore(stage, tmp_path, {"model": "encoder", "num_layers": 1})
     (cached,) = tmp_path.glob("*.npz")

@@ -8,7 +8,8 @@ from sklearn.base import BaseEstimator
 
 from mice_exp.estimators import MiceLogisticRegression
 from mice_exp.features import FeatureSet
-from mice_exp.protocols import get_protocol
+from mice_exp.errors import UserError
+from mice_exp.protocols import Loao, Protocol, make_protocol
 
 APIS = ("add_date", "get_weather", "search_web", "send_mail")
 #: Every fit of a SpyEstimator: (APIs of the rows it trained on, splits of those rows, rows it predicted).
@@ -57,7 +58,7 @@ def clean_log():
 
 def test_loao_predicts_every_test_row_once_with_a_model_blind_to_its_api():
     fs = feature_set()
-    p, model = get_protocol("loao")(SpyEstimator(fs), fs)
+    p, model = Loao().predict(SpyEstimator(fs), fs)
 
     assert model is None  # one model per API: none to save as a gate
     test_rows = np.flatnonzero(fs.rows("test"))
@@ -74,13 +75,29 @@ def test_loao_predicts_every_test_row_once_with_a_model_blind_to_its_api():
 def test_loao_skips_an_api_without_test_rows():
     fs = feature_set()
     fs.splits[(fs.apis == "send_mail") & fs.rows("test")] = "validation"
-    p, _ = get_protocol("loao")(SpyEstimator(fs), fs)
+    p, _ = Loao().predict(SpyEstimator(fs), fs)
     assert len(FITS) == len(APIS) - 1
     assert len(p) == fs.rows("test").sum()
 
 
 def test_loao_with_a_real_estimator_gives_a_confidence_per_test_row():
     fs = feature_set()
-    p, _ = get_protocol("loao")(MiceLogisticRegression(), fs)
+    p, _ = Loao().predict(MiceLogisticRegression(), fs)
     assert p.shape == (fs.rows("test").sum(),)
     assert np.all((p >= 0) & (p <= 1))
+
+
+@pytest.mark.parametrize("name", ["holdout", "loao", "sample_efficiency"])
+def test_each_conf_protocol_is_one_object_of_its_name(name):
+    from mice_exp.compose import as_plain, compose_config
+
+    protocol = make_protocol(as_plain(compose_config([f"protocol={name}"]))["protocol"])
+    assert isinstance(protocol, Protocol) and protocol.name == name and callable(protocol.run)
+
+
+def test_a_protocol_name_that_is_not_its_class_is_one_line():
+    with pytest.raises(UserError, match=r"protocol.name='kfold', but protocol._target_=mice_exp.protocols.Loao "
+                                        r"is the 'loao' protocol; expected protocol.name=loao"):
+        make_protocol({"name": "kfold", "_target_": "mice_exp.protocols.Loao"})
+    with pytest.raises(UserError, match=r"protocol._target_='mice_exp.protocols.KFold': Error locating target"):
+        make_protocol({"name": "kfold", "_target_": "mice_exp.protocols.KFold"})

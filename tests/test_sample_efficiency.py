@@ -16,7 +16,6 @@ from mice_exp.features import FeatureSet
 from mice_exp.protocols.sample_efficiency import (
     TABLE_COLUMNS,
     partitions,
-    run_sample_efficiency,
     sample_efficiency,
     sample_efficiency_figure,
     sample_efficiency_scores,
@@ -161,8 +160,60 @@ def test_figure_has_one_error_bar_series_per_estimator_on_log_x(sequential):
     assert buffer.getvalue().startswith(b"\x89PNG")
 
 
-def test_config_entry_point_builds_estimators_from_conf(fs):
-    protocol = {"name": "sample_efficiency", "sizes": [30], "trials": 2, "n_jobs": 1, "estimators": ["hre", "mice_lr"]}
-    table, fig = run_sample_efficiency(protocol, fs, seed=0)
-    assert table["estimator"].tolist() == ["hre", "mice_lr"]
+def study(overrides: list[str] = ()):
+    from mice_exp.compose import as_plain, compose_config
+    from mice_exp.estimation import Study
+
+    return Study.from_config(as_plain(compose_config(["protocol=sample_efficiency", *overrides])))
+
+
+def test_the_protocol_object_builds_its_estimators_from_the_composed_baselines(fs):
+    from mice_exp.protocols import SampleEfficiency
+    from mice_exp.tracking.schema import SAMPLE_EFFICIENCY_CSV, SAMPLE_EFFICIENCY_FIGURE
+
+    outcome = SampleEfficiency(sizes=[30], trials=2, n_jobs=1, estimators=["hre", "mice_lr"]).run(study(), fs)
+    table, fig = outcome.tables[SAMPLE_EFFICIENCY_CSV], outcome.figures[SAMPLE_EFFICIENCY_FIGURE]
+    assert table["estimator"].tolist() == ["hre", "mice_lr"] and outcome.rows == []
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["HRE", "MICE LR"]
+
+
+def test_a_baseline_override_reaches_the_sample_efficiency_estimators(fs):
+    from mice_exp.protocols import SampleEfficiency
+
+    grid = SampleEfficiency(sizes=[30], trials=1, n_jobs=1, estimators=["hre"])
+    assert study(["baselines.hre.model.n_bins=2"]).candidate("hre", "protocol.estimators").estimator.n_bins == 2
+    coarse = grid.run(study(["baselines.hre.model.n_bins=2"]), fs).tables["sample_efficiency.csv"]
+    fine = grid.run(study(), fs).tables["sample_efficiency.csv"]
+    assert coarse["mean"].iloc[0] != fine["mean"].iloc[0]
+
+
+class FieldLike(MiceLogisticRegression):
+    """Routed like a field correction (its base's input, then a representation: here the feature view);
+    records the width of every matrix it is fitted on."""
+
+    input_kind = "field"
+    representation = "features"
+    widths: list = []
+
+    def __init__(self, base=None, base_width=None, C=0.5, max_iter=1000):
+        super().__init__(C=C, max_iter=max_iter)
+        self.base, self.base_width = base, base_width
+
+    def fit(self, X, y):
+        FieldLike.widths.append(X.shape[1])
+        return super().fit(X, y)
+
+
+def test_estimators_share_an_input_matrix_only_when_their_inputs_are_identical(fs):
+    """The latent bug of the string-keyed slots: a field correction and a calibrator of the same
+    confidence got one cached matrix. Slots are now the inputs' content, so they cannot collide."""
+    from mice_exp.protocols.base import inputs
+    from mice_exp.protocols.sample_efficiency import input_slot
+
+    field, calibrator = FieldLike(base=HistogramRegression()), HistogramRegression()
+    assert inputs(field, fs).shape[1] == 1 + fs.X.shape[1] and inputs(calibrator, fs).shape[1] == 1
+    assert input_slot(inputs(field, fs)) != input_slot(inputs(calibrator, fs))
+    assert input_slot(inputs(calibrator, fs)) == input_slot(inputs(HistogramRegression(), fs))
+    FieldLike.widths = []
+    sample_efficiency({"hre": calibrator, "field": field}, fs, sizes=(30,), trials=1, n_jobs=1)
+    assert FieldLike.widths == [1 + fs.X.shape[1]] * 2  # 2 groups of 30; never HRE's single column

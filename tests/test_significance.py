@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from mice_exp.estimation import build_estimator, estimator_config, run_estimators
+from mice_exp.compose import as_plain, compose_config
+from mice_exp.estimation import Study
 from mice_exp.features import FeatureSet
-from mice_exp.protocols import holdout
+from mice_exp.protocols import Loao, holdout
 
 
 def feature_set(n_apis: int = 4, per_api: int = 15, seed: int = 0) -> FeatureSet:
@@ -23,12 +24,12 @@ def feature_set(n_apis: int = 4, per_api: int = 15, seed: int = 0) -> FeatureSet
 
 def test_a_leave_one_api_out_run_compares_with_the_holdout_reference_rows():
     fs = feature_set()
-    cfg = {"seed": 0, "risk": {"name": "medium", "tp": 1, "fp": -1, "tn": 0, "fn": 0},
-           "protocol": {"name": "loao"}, "compare_with": ["raw", "hre", "nwkr"], "permutations": 50, "n_jobs": 1,
-           "estimator": estimator_config("mice_lr", 0)}
-    rows = run_estimators(cfg, fs)
+    cfg = as_plain(compose_config(["protocol=loao", "estimator=mice_lr", "compare_with=[raw,hre,nwkr]",
+                                   "permutations=50", "n_jobs=1", "risk=medium"]))
+    study = Study.from_config(cfg)
+    rows = Loao().run(study, fs).rows
     for row in rows[:-1]:  # each reference row is exactly the holdout row Table 1 displays
-        expected, _ = holdout(build_estimator(estimator_config(row.key, 0), 0), fs)
+        expected, _ = holdout(study.candidate(row.key, "compare_with").estimator, fs)
         np.testing.assert_array_equal(row.p, expected)
     main = rows[-1]
     assert main.estimator is None  # zero-shot: pooled folds, no single model

@@ -1,22 +1,22 @@
-"""Feature views over the LLM stage's cache (MICE BERTScore, ACUTE activations) + raw confidence."""
+"""Feature views over the LLM stage's output (MICE BERTScore, ACUTE activations) + raw confidence.
+
+``conf/features/<name>.yaml`` names its view class with ``_target_`` (:mod:`mice_exp.features.views`,
+scikit-learn transformers); :func:`make_view` builds it in one hop and :func:`build_features` fits it
+on the training rows and assembles the :class:`FeatureSet` the protocols read.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-from filelock import FileLock
 
-from mice_exp.cache import read_intact, read_npz, stable_hash, write_npz
 from mice_exp.errors import UserError
-from mice_exp.features.bertscore import bertscore_matrix, encoder_id
-from mice_exp.features.layers import NAMED, select_layers
-from mice_exp.features.pooled import cosine_to_last, layer_pca, mean_pool
+from mice_exp.features.bertscore import cached_bertscore  # noqa: F401 (re-exported: the view cache)
 from mice_exp.llm.records import ARRAYS, StageOutput
-
-VIEWS = ("bertscore", "mean_pool", "cosine", "pca")
 
 
 @dataclass
@@ -58,70 +58,42 @@ class FeatureSet:
         return self.stage.arrays(name)[:, -1].astype(np.float64)
 
 
-def cached_bertscore(stage: StageOutput, features_cache: Path | None, encoder: Mapping[str, Any]) -> np.ndarray:
-    """BERTScores for one LLM-stage output, computed once per encoder and shared by every job
-    (``features_cache=None``: computed, not cached, as the gate does for one batch of queries)."""
-    records = stage.records
-    if features_cache is None:
-        return bertscore_matrix(records, encoder)
-    path = features_cache / f"{stage.key}-bertscore-{stable_hash(encoder_id(encoder))}.npz"
-    stored = read_intact(path, read_npz)  # a damaged file is set aside and recomputed
-    if stored is None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path) + ".lock"):
-            stored = read_intact(path, read_npz)  # another job may have computed it meanwhile
-            if stored is None:
-                stored = {"ids": np.array([r["id"] for r in records]), "f1": bertscore_matrix(records, encoder)}
-                write_npz(path, stored)
-    if list(stored["ids"]) != [r["id"] for r in records]:
-        raise UserError(f"{path} does not match the LLM-stage records; delete it to recompute")
-    return stored["f1"]
+#: ``_target_`` of the views of gates saved before ``conf/features`` named its classes (their
+#: ``gate.json`` holds only ``view``); every config composed now names its class itself.
+SAVED_VIEW_TARGETS = {"bertscore": "mice_exp.features.views.BertScoreView",
+                      "mean_pool": "mice_exp.features.views.MeanPoolView",
+                      "cosine": "mice_exp.features.views.CosineView",
+                      "pca": "mice_exp.features.views.PcaView"}
 
 
-def check_features(cfg: Mapping[str, Any]) -> None:
-    """Fail fast on an unknown view or layer-selection name."""
-    if cfg["view"] not in VIEWS:
-        raise UserError(f"features.view={cfg['view']!r}; expected one of {', '.join(VIEWS)}")
-    if isinstance(cfg["layers"], str) and cfg["layers"] not in NAMED:
-        raise UserError(f"features.layers={cfg['layers']!r}; expected one of {', '.join(NAMED)} "
-                        "or a list of layer numbers")
+def make_view(cfg: Mapping[str, Any]) -> Any:
+    """The unfitted view a ``conf/features`` node names with ``_target_`` (one hop; ``view`` must be its own)."""
+    from mice_exp.compose import build_object
+    from mice_exp.features.views import FeatureView
+
+    if "_target_" not in cfg and cfg.get("view") in SAVED_VIEW_TARGETS:
+        cfg = {**cfg, "_target_": SAVED_VIEW_TARGETS[cfg["view"]]}
+    return build_object(cfg, "features", FeatureView, {"name": None, "view": "view"})
 
 
 def build_features(cfg: Mapping[str, Any], stage: StageOutput, features_cache: Path | None, seed: int = 0,
                    sources: Mapping[str, np.ndarray] | None = None) -> FeatureSet:
-    """Assemble the configured view (``conf/features``) for every record of an LLM-stage output;
-    ``features.sources`` names extra confidence sources appended as columns."""
-    check_features(cfg)
-    view = cfg["view"]
-    records = stage.records
-    n_layers = stage.n_layers
-    splits = np.array([r["split"] for r in records])
-    scores = None
-    if view == "bertscore":
-        layers = select_layers(cfg["layers"], list(range(1, n_layers)), n_layers)
-        if layers:  # confidence only (layers: none) needs no encoder
-            scores = cached_bertscore(stage, features_cache, cfg["encoder"])
-        X, columns = (scores[:, [i - 1 for i in layers]] if layers else np.zeros((len(records), 0)),
-                      [f"bertscore_L{i}" for i in layers])
-    else:
-        pooled = stage.arrays("mean_pool")
-        if view == "cosine":
-            layers = select_layers(cfg["layers"], list(range(1, n_layers)), n_layers)
-            X, columns = cosine_to_last(pooled, layers)
-        else:
-            layers = select_layers(cfg["layers"], list(range(1, n_layers + 1)), n_layers)
-            X, columns = (mean_pool(pooled, layers) if view == "mean_pool" else
-                          layer_pca(pooled, layers, splits == "train", int(cfg["components"]), seed))
-    confidence = np.array([r["raw_confidence"] for r in records])
-    if cfg.get("confidence", True):
-        X, columns = np.column_stack([X, confidence]), columns + ["confidence"]
+    """Fit the configured view (``conf/features``) on the training rows of an LLM-stage output and
+    transform every record; ``sources`` are the confidence sources computed for this run
+    (``features.sources`` names those appended as columns), ``seed`` the random state of views that
+    have one (PCA), ``features_cache`` where BERTScores are cached (None: not cached)."""
+    view = make_view(cfg)
+    runtime = {"random_state": seed, "cache_dir": None if features_cache is None else str(features_cache)}
+    view.set_params(**{k: v for k, v in runtime.items() if k in view.get_params()})
     sources = dict(sources or {})
-    for name in cfg.get("sources", []):
-        if name not in sources:
-            raise UserError(f"features.sources lists {name!r}, which is not in sources.use")
-        X, columns = np.column_stack([X, sources[name]]), columns + [name]
+    stage = dataclasses.replace(stage, sources={**stage.sources, **sources})
+    records = stage.records
+    splits = np.array([r["split"] for r in records])
+    X = view.fit(stage, rows=splits == "train").transform(stage)
+    columns = list(view.get_feature_names_out())
     if X.shape[1] == 0:
         raise UserError(f"features {cfg.get('name')!r} select no layer and no confidence; expected at least one feature")
+    scores = view.scores(stage) if view.view == "bertscore" and view.layers_ else None  # for the figures (cached)
     return FeatureSet(ids=[r["id"] for r in records], apis=np.array([r["api"] for r in records]), splits=splits,
-                      labels=np.array([r["label"] for r in records]), confidence=confidence,
-                      X=X.astype(np.float64), columns=columns, layer_scores=scores, sources=sources, stage=stage)
+                      labels=np.array([r["label"] for r in records]), confidence=np.array([r["raw_confidence"] for r in records]),
+                      X=X, columns=columns, layer_scores=scores, sources=sources, stage=stage)

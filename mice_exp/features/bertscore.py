@@ -6,8 +6,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from filelock import FileLock
 from tqdm.auto import tqdm
 
+from mice_exp.cache import read_intact, read_npz, stable_hash, write_npz
+from mice_exp.errors import UserError
+from mice_exp.llm.records import StageOutput
 from mice_exp.packages import default_model_path
 
 
@@ -59,3 +63,23 @@ def bertscore_matrix(records: Sequence[Mapping[str, Any]], encoder: Mapping[str,
 def encoder_id(encoder: Mapping[str, Any]) -> str:
     """What identifies the encoder in a cache key (its path or hub id, and the layer used)."""
     return f"{encoder.get('model') or Path(default_model_path()).name}:{encoder['num_layers']}"
+
+
+def cached_bertscore(stage: StageOutput, features_cache: Path | None, encoder: Mapping[str, Any]) -> np.ndarray:
+    """BERTScores for one LLM-stage output, computed once per encoder and shared by every job
+    (``features_cache=None``: computed, not cached, as the gate does for one batch of queries)."""
+    records = stage.records
+    if features_cache is None:
+        return bertscore_matrix(records, encoder)
+    path = features_cache / f"{stage.key}-bertscore-{stable_hash(encoder_id(encoder))}.npz"
+    stored = read_intact(path, read_npz)  # a damaged file is set aside and recomputed
+    if stored is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock"):
+            stored = read_intact(path, read_npz)  # another job may have computed it meanwhile
+            if stored is None:
+                stored = {"ids": np.array([r["id"] for r in records]), "f1": bertscore_matrix(records, encoder)}
+                write_npz(path, stored)
+    if list(stored["ids"]) != [r["id"] for r in records]:
+        raise UserError(f"{path} does not match the LLM-stage records; delete it to recompute")
+    return stored["f1"]

@@ -1,11 +1,10 @@
-"""ACUTE views of the activations: per-layer mean pooling, cosine to the last layer, per-layer PCA."""
+"""ACUTE views of the activations: per-layer mean pooling and cosine to the last layer (PCA: views.PcaView)."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 import numpy as np
-from sklearn.decomposition import PCA
 
 
 def mean_pool(pooled: np.ndarray, layers: Sequence[int]) -> tuple[np.ndarray, list[str]]:
@@ -20,16 +19,3 @@ def cosine_to_last(pooled: np.ndarray, layers: Sequence[int]) -> tuple[np.ndarra
     unit = pooled / np.maximum(np.linalg.norm(pooled, axis=2, keepdims=True), 1e-12)
     sims = np.einsum("nld,nd->nl", unit, unit[:, -1])
     return sims[:, [i - 1 for i in layers]], [f"cos_L{i}" for i in layers]
-
-
-def layer_pca(pooled: np.ndarray, layers: Sequence[int], train: np.ndarray, components: int,
-              seed: int) -> tuple[np.ndarray, list[str]]:
-    """Top ``components`` principal components per layer, fitted on the training rows only."""
-    blocks, names = [], []
-    for i in layers:
-        x = pooled[:, i - 1]
-        m = min(components, int(train.sum()), x.shape[1])
-        pca = PCA(n_components=m, random_state=seed).fit(x[train])
-        blocks.append(pca.transform(x))
-        names += [f"pca_L{i}_{j}" for j in range(m)]
-    return (np.concatenate(blocks, axis=1) if blocks else np.zeros((len(pooled), 0))), names

@@ -34,9 +34,9 @@ TEMPLATE_DIR = "templates"
 SPEC_KEYS = ("llm", "llm_stage", "prompt", "templates", "retrieval", "features", "columns", "risk", "seed",
              "estimator", "demo_pool")
 
-#: Views whose feature row depends on the example alone. ``pca`` fits a PCA on the training
-#: rows inside :func:`mice_exp.features.pooled.layer_pca` and does not return it, so a gate
-#: cannot rebuild it for a new query yet.
+#: Views whose feature row depends on the example alone. ``pca`` fits a PCA per layer on the
+#: training rows (:class:`mice_exp.features.views.PcaView`); a gate does not save that fitted
+#: view yet, so it cannot rebuild it for a new query.
 GATE_VIEWS = ("bertscore", "cosine", "mean_pool")
 
 #: The estimator classes a gate may hold (what ``gate.json`` may name).

@@ -37,7 +37,7 @@ def fit_gate(cfg: Mapping[str, Any], folder: str | Path, paths: Paths | None = N
     paths = paths or paths_from(cfg["paths"])
     stage = read_stage(run_llm_stage(cfg, paths, llm))
     fs = build_features(cfg["features"], stage, paths.features, seed=int(cfg["seed"]))
-    _, fitted = holdout(build_estimator(cfg["estimator"], cfg["seed"]), fs)
+    _, fitted = holdout(build_estimator(cfg["estimator"], cfg.get("baselines")), fs)
     return save_gate(folder, cfg, fitted, fs.columns, demo_pool(cfg, paths), llm_stage=stage.info,
                      provenance={"llm_cache": stage.key, "train_rows": int(fs.rows("train").sum())})
 

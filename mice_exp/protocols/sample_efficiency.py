@@ -42,6 +42,7 @@ Table columns (one row per estimator and size; see :func:`summarise`)
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 import types
 import warnings
@@ -60,9 +61,11 @@ from threadpoolctl import ThreadpoolController
 from mice_exp.errors import UserError
 from mice_exp.estimators.base import FallbackWarning
 from mice_exp.metrics import auc_etcu
-from mice_exp.protocols import inputs
+from mice_exp.protocols.base import Outcome, Protocol, inputs
+from mice_exp.tracking.schema import SAMPLE_EFFICIENCY_CSV, SAMPLE_EFFICIENCY_FIGURE
 
-if TYPE_CHECKING:  # annotations only: mice_exp.features imports torch
+if TYPE_CHECKING:  # annotations only
+    from mice_exp.estimation import Study
     from mice_exp.features import FeatureSet
 
 #: Training-set sizes of MICE §6 / Figure 7.
@@ -114,14 +117,24 @@ def _task(estimators: Mapping[str, tuple[Any, str]], data: Mapping[str, np.ndarr
 def _by_value(func):
     """A copy of ``func`` that cloudpickle (loky's pickler) ships by value, not by import path.
 
-    Importing this module means importing ``mice_exp.protocols`` and through it
-    ``mice_exp.features`` and torch, seconds per fresh worker; shipped by value, ``_task`` only
-    makes workers import what it references (sklearn, mice_exp.estimators / metrics, threadpoolctl).
+    Importing this module means importing ``mice_exp.protocols`` and through it the feature views,
+    the estimation rows, Hydra and matplotlib, a second per fresh worker; shipped by value, ``_task``
+    only makes workers import what it references (sklearn, mice_exp.estimators / metrics, threadpoolctl).
     The copy gets its own empty ``_cache`` (a process's thread-pool controller is not picklable).
     """
     copy = types.FunctionType(func.__code__, func.__globals__, func.__name__, ({},), func.__closure__)
     copy.__qualname__ = f"{func.__qualname__}_by_value"  # not an attribute of the module: pickled by value
     return copy
+
+
+def input_slot(matrix: np.ndarray) -> str:
+    """Where an estimator's input matrix is kept for the tasks: its content's digest, so estimators
+    share a matrix exactly when their inputs are identical (two calibrators of the raw confidence),
+    never because their settings look alike (a field correction on raw confidence reads more
+    columns than the calibrator of that confidence)."""
+    digest = hashlib.blake2b(repr((matrix.shape, matrix.dtype.str)).encode(), digest_size=16)
+    digest.update(memoryview(np.ascontiguousarray(matrix)).cast("B"))
+    return f"inputs-{digest.hexdigest()}"
 
 
 def _grid(sizes: Iterable[int], n_train: int) -> list[int]:
@@ -150,7 +163,9 @@ def sample_efficiency_scores(
     ``n_jobs``: joblib worker processes (-1 = all cores); 1 (or None) runs the plain sequential
     loop in this process. Either way the scores are identical. ``sources`` maps an estimator key
     to the confidence source its calibrator reads (as ``estimator.source`` does for holdout;
-    default "raw"); estimators with ``input_kind == "features"`` read ``fs.X``.
+    default "raw"); every estimator reads what :func:`mice_exp.protocols.inputs` routes to it (a
+    calibrator its confidence, MICE the feature view, a hidden-state probe or a field correction
+    their arrays).
     """
     if not estimators:
         raise UserError("sample_efficiency needs at least one estimator")
@@ -161,16 +176,15 @@ def sample_efficiency_scores(
         raise UserError("sample_efficiency: the test split is empty")
     sizes = _grid(sizes, train.size)
     sources = dict(sources or {})
-    local = {}  # key -> (single-threaded copy, the view it reads)
-    for key, estimator in estimators.items():
-        view = "features" if estimator.input_kind == "features" else f"confidence:{sources.get(key, 'raw')}"
-        local[key] = (_single_threaded(estimator), view)
+    local = {}  # key -> (single-threaded copy, the slot of the matrix it reads)
     data = {"y_train": fs.labels[train], "y_test": fs.labels[test]}
-    for estimator, view in local.values():
-        if f"{view}/train" not in data:
-            matrix = inputs(estimator, fs, view.partition(":")[2]) if view != "features" else fs.X
-            data[f"{view}/train"] = np.ascontiguousarray(matrix[train], dtype=np.float64)
-            data[f"{view}/test"] = np.ascontiguousarray(matrix[test], dtype=np.float64)
+    for key, estimator in estimators.items():
+        copy = _single_threaded(estimator)
+        matrix = np.ascontiguousarray(inputs(copy, fs, sources.get(key, "raw")), dtype=np.float64)
+        slot = input_slot(matrix)
+        if f"{slot}/train" not in data:
+            data[f"{slot}/train"], data[f"{slot}/test"] = matrix[train], matrix[test]
+        local[key] = (copy, slot)
     keys = [(s, t, g) for s in sizes for t in range(trials) for g in range(train.size // s)]
     groups = {(s, t): partitions(train.size, s, t, seed) for s in sizes for t in range(trials)}
 
@@ -265,25 +279,27 @@ def sample_efficiency_figure(
     return fig
 
 
-def build_estimators(keys: Sequence[str], seed: int) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
-    """Unfitted estimators from ``conf/estimator/<key>.yaml``, their display names and confidence sources."""
-    from mice_exp.estimation import build_estimator, estimator_config
-    from mice_exp.paths import project_root
+class SampleEfficiency(Protocol):
+    """MICE Figure 7 as a protocol (``conf/protocol/sample_efficiency.yaml``): ``estimators`` are keys of
+    the composed ``baselines`` (so ``baselines.mice_rf.model.n_estimators=100`` reaches them too),
+    each trained on disjoint random groups of every size in ``sizes``, ``trials`` times; ``n_jobs``
+    worker processes (any value gives the same table)."""
 
-    estimators, names, sources = {}, {}, {}
-    for key in keys:
-        if not (project_root() / "conf" / "estimator" / f"{key}.yaml").exists():
-            raise UserError(f"protocol.estimators lists {key!r}; expected a file conf/estimator/{key}.yaml")
-        entry = estimator_config(key, seed)
-        estimators[key], names[key] = build_estimator(entry, seed), entry["name"]
-        sources[key] = entry.get("source", "raw")
-    return estimators, names, sources
+    name = "sample_efficiency"
 
+    def __init__(self, sizes: Sequence[int] = PAPER_SIZES, trials: int = PAPER_TRIALS, n_jobs: int | None = -1,
+                 estimators: Sequence[str] = ("hre", "nwkr", "mice_lr", "mice_rf")):
+        self.sizes = sizes
+        self.trials = trials
+        self.n_jobs = n_jobs
+        self.estimators = estimators
 
-def run_sample_efficiency(protocol: Mapping[str, Any], fs: FeatureSet, seed: int = 0,
-                          title: str = "") -> tuple[pd.DataFrame, Figure]:
-    """The ``conf/protocol/sample_efficiency.yaml`` entry point: the table and its figure."""
-    estimators, names, sources = build_estimators(protocol["estimators"], seed)
-    table = sample_efficiency(estimators, fs, sizes=protocol["sizes"], trials=int(protocol["trials"]),
-                              seed=seed, n_jobs=protocol.get("n_jobs", -1), sources=sources)
-    return table, sample_efficiency_figure(table, labels=names, title=title)
+    def run(self, study: Study, fs: FeatureSet) -> Outcome:
+        """The table (logged as ``sample_efficiency.csv``) and its figure; no Table-1 rows."""
+        candidates = [study.candidate(key, "protocol.estimators") for key in self.estimators]
+        table = sample_efficiency({c.key: c.estimator for c in candidates}, fs, sizes=self.sizes,
+                                  trials=int(self.trials), seed=study.seed, n_jobs=self.n_jobs,
+                                  sources={c.key: c.source for c in candidates})
+        figure = sample_efficiency_figure(table, labels={c.key: c.name for c in candidates}, title=study.llm)
+        return Outcome(text=table.to_string(), tables={SAMPLE_EFFICIENCY_CSV: table},
+                       figures={SAMPLE_EFFICIENCY_FIGURE: figure})

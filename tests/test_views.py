@@ -1,0 +1,67 @@
+"""Feature views are scikit-learn transformers built from conf/features in one hop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import skops.io as sio
+from sklearn.base import clone
+
+from mice_exp.compose import as_plain, compose_config
+from mice_exp.errors import UserError
+from mice_exp.features import build_features, make_view
+from mice_exp.features.views import FeatureView, PcaView
+from mice_exp.llm.records import StageOutput
+from mice_exp.paths import PACKAGE_ROOT
+
+
+def stage(n: int = 20, layers: int = 4, d: int = 6, seed: int = 0) -> StageOutput:
+    """Records and pooled states of a fake LLM stage: half train, half test."""
+    rng = np.random.default_rng(seed)
+    records = [{"id": f"api{i % 2}/{i}", "api": f"api{i % 2}", "split": "train" if i < n // 2 else "test",
+                "label": i % 2, "raw_confidence": float(rng.random())} for i in range(n)]
+    pooled = {"mean_pool": rng.normal(size=(n, layers, d))}
+    return StageOutput(records=records, info={"n_layers": layers, "hidden_size": d}, key="fake", pooled=pooled)
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE_ROOT / "conf" / "features").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_conf_features_entry_is_one_transformer(path):
+    features = as_plain(compose_config([f"features={path.stem}"]))["features"]
+    view = make_view(features)
+    assert isinstance(view, FeatureView) and view.view == features["view"]
+    assert clone(view).get_params() == view.get_params()  # only parameters in __init__
+
+
+def test_the_pca_view_learns_from_the_training_rows_only():
+    out = stage()
+    train = np.array([r["split"] == "train" for r in out.records])
+    view = PcaView(components=3).fit(out, rows=train)
+    moved = StageOutput(**{**out.__dict__, "pooled": {"mean_pool": out.pooled["mean_pool"].copy()}})
+    moved.pooled["mean_pool"][~train] += 100.0  # test rows change: the fitted projections must not
+    refit = PcaView(components=3).fit(moved, rows=train)
+    for a, b in zip(view.pcas_, refit.pcas_):
+        np.testing.assert_array_equal(a.components_, b.components_)
+    X = view.transform(out)
+    assert X.shape == (20, 4 * 3 + 1) and list(view.get_feature_names_out())[-1] == "confidence"
+
+
+def test_a_fitted_pca_view_round_trips_through_skops_with_only_its_own_class_to_trust():
+    out = stage()
+    view = PcaView(components=3, layers=[2, 4]).fit(out, rows=np.arange(20) < 10)
+    data = sio.dumps(view)
+    assert sio.get_untrusted_types(data=data) == ["mice_exp.features.views.PcaView"]
+    loaded = sio.loads(data, trusted=["mice_exp.features.views.PcaView"])
+    np.testing.assert_array_equal(loaded.transform(out), view.transform(out))
+
+
+def test_a_gate_saved_before_views_had_targets_still_builds_its_view():
+    saved = {"name": "cosine", "view": "cosine", "layers": "all", "confidence": True, "sources": []}
+    fs = build_features(saved, stage(), None)
+    assert fs.columns == ["cos_L1", "cos_L2", "cos_L3", "confidence"]
+
+
+def test_a_view_label_that_is_not_its_class_is_one_line():
+    features = as_plain(compose_config(["features=pca10"]))["features"] | {"view": "cosine"}
+    with pytest.raises(UserError, match=r"features.view='cosine', but features._target_=mice_exp.features.views.PcaView "
+                                        r"is the 'pca' features; expected features.view=pca"):
+        make_view(features)
