@@ -150,8 +150,13 @@ def run_group(group: Group) -> dict[str, Any]:
 
 
 def read_runs(path: Path) -> Iterator[dict[str, Any]]:
-    if path.exists():
-        yield from (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    """The recorded groups, the first record of a key only (two runners may both finish one)."""
+    seen = set()
+    for line in path.read_text().splitlines() if path.exists() else ():
+        run = json.loads(line)
+        if run["key"] not in seen:
+            seen.add(run["key"])
+            yield run
 
 
 # ----------------------------------------------------------------------------------- report
@@ -364,13 +369,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--report", action="store_true", help="only summarise the runs already in the JSONL file")
+    parser.add_argument("--first-group", type=int, default=0,
+                        help="start at this index of the plan, e.g. for a second single-threaded runner")
     parser.add_argument("--budget-cpu-minutes", type=float, default=70.0,
                         help="start no new group once the recorded runs have used this much CPU time")
     args = parser.parse_args()
     runs_path = args.out / "synthetic_runs.jsonl"
     if not args.report:
         print(f"cpus={os.cpu_count()} load_average={os.getloadavg()[0]:.2f}", flush=True)
-        for group in plan():
+        for group in plan()[args.first_group:]:
             done = {r["key"] for r in read_runs(runs_path)}
             used = sum(c["cpu_seconds"] for r in read_runs(runs_path) for c in r["cells"])
             if group.key in done:
