@@ -31,6 +31,8 @@ from mice_exp.regimes import (
     three_clusters,
 )
 from mice_exp.regimes.kernel import leave_one_out, smooth_against_bank
+from mice_exp.regimes.objective import discovery_loss
+from mice_exp.regimes.representation import Phi
 from mice_exp.report.figures import region_reliability
 
 QUIET = {"progress": False, "num_threads": 1}
@@ -161,6 +163,32 @@ def test_training_estimate_leaves_out_the_points_own_residual():
     smoothed = leave_one_out(z, residual, sigma=1.0)
     assert smoothed.delta[0] == pytest.approx(-1.0)  # only its twin's residual
     assert smoothed.mass[0] == pytest.approx(1.0, abs=1e-6)  # self weight of 1 excluded
+
+
+def test_mass_penalty_pulls_sparse_neighbourhoods_together():
+    """Eq. 4's hinge must carry a gradient: with zero residuals only lambda's term acts, and one
+    descent step on the embeddings raises every neighbourhood mass that is below m_min."""
+    z = torch.linspace(0.0, 3.0, 8)[:, None] * torch.tensor([[1.0, 0.0]])
+    for lam, moves in ((0.0, False), (1e-2, True)):
+        z_step = z.clone().requires_grad_(True)
+        loss = discovery_loss(leave_one_out(z_step, torch.zeros(8), sigma=0.5), lam, m_min=20.0)
+        loss.backward()
+        before = leave_one_out(z, torch.zeros(8), sigma=0.5).mass
+        after = leave_one_out(z - 0.1 * z_step.grad, torch.zeros(8), sigma=0.5).mass
+        assert bool(torch.all(after > before)) is moves
+
+
+def test_dropout_scatters_training_embeddings_beyond_small_bandwidths():
+    """Why lambda barely acts under the paper's dropout 0.1 on 2-d inputs: in training mode each
+    embedding moves by more than sigma = 0.1, so in-batch neighbourhoods are empty and the hinge
+    sits in the kernel's flat tail; without dropout the same batch has neighbours."""
+    torch.manual_seed(0)
+    x = torch.rand(1000, 2) * 3.4 - 1.7  # a standardised unit square
+    phi = Phi(2, 256, 2, 64, dropout=0.1)
+    with torch.no_grad():
+        train_mass = leave_one_out(phi.train()(x), torch.zeros(1000), sigma=0.1).mass
+        eval_mass = leave_one_out(phi.eval()(x), torch.zeros(1000), sigma=0.1).mass
+    assert train_mass.median() < 0.5 < 3.0 < eval_mass.median()
 
 
 def test_chunked_bank_smoothing_matches_equation_2():
