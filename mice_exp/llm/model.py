@@ -10,6 +10,7 @@ import torch
 
 from mice_exp.errors import UserError
 from mice_exp.llm.assets import converted_dir
+from mice_exp.llm.memory import keep_freed_memory
 from mice_exp.llm.precision import resolve_dtype
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -116,6 +117,7 @@ def load_llm(cfg: Mapping[str, Any], models_cache: Path) -> LLM:
     """Build the model described by a ``conf/llm`` entry (packaged GGUF, hub id / path, or random)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    keep_freed_memory()  # the forwards' large activations reuse freed heap memory instead of faulting in pages
     source = cfg["source"]
     kind = source["kind"]
     dtype = check_dtype(resolve_dtype(cfg.get("dtype", "float32"), cfg.get("device", "cpu")))
