@@ -33,6 +33,7 @@ import mice_exp.llm.capture as capture
 import mice_exp.llm.model as model_module
 import mice_exp.llm.stage as stage
 from mice_exp.compose import as_plain, compose_config
+from mice_exp.llm.memory import keep_freed_memory
 from mice_exp.llm.precision import cpu_flags, native_bf16
 from mice_exp.llm.records import read_stage
 from mice_exp.paths import paths_from
@@ -244,6 +245,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="llm_stage_"))
     models = paths_from(cfg["paths"]).models
     model_module.load_llm(cfg["llm"], models)  # converts packaged weights once, before anything is timed
+    print("allocator: freed memory kept on the heap (mice_exp/llm/memory.py):", keep_freed_memory())
     phases, wall, out = run_stage(cfg, tmp / "fp32", models)
     llm, records = out["llm"], out["records"]
     shapes = model_shapes(llm)
