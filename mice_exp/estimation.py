@@ -19,7 +19,7 @@ from hydra.utils import instantiate
 from joblib import Parallel, delayed
 
 from mice_exp.errors import UserError
-from mice_exp.metrics import PAPER_RISKS, Risk, evaluate, permutation_test
+from mice_exp.metrics import ALPHA, PAPER_RISKS, Risk, evaluate, permutation_test
 from mice_exp.metrics.utility import auc_etcu, etcu
 from mice_exp.tracking.schema import MARKS, TABLE_METRICS, action_belief_key, agent_key, pvalue_key
 
@@ -139,11 +139,11 @@ class Study:
         # smECE's bandwidth search makes each permuted metric ~40 ms: run the tests on every core.
         tests = Parallel(n_jobs=self.n_jobs)(
             delayed(permutation_test)(_metric_fn(metric, self.risks), main.p, by_key[ref].p, y,
-                                      n_permutations=self.permutations, seed=self.seed)
+                                      n_permutations=self.permutations, seed=self.seed, alpha=ALPHA)
             for ref, metric in pairs)
         for (ref, metric), test in zip(pairs, tests):
             main.metrics[pvalue_key(metric, ref)] = test.p_value
-            if test.p_value < 0.05 and test.difference > 0:
+            if test.p_value < ALPHA and test.difference > 0:
                 main.marks[metric] = main.marks.get(metric, "") + MARKS[ref]
         return rows
 
@@ -166,7 +166,7 @@ def table(rows: list[Row], title: str) -> str:
         cells = "".join(f"{row.metrics[m]:>8.3f}{row.marks.get(m, ' '):<1}" for m in TABLE_METRICS)
         lines.append(f"{row.name:<28}{cells}")
     lines.append("smECE lower is better; tool-calling utility (Low/Medium/High risk, AUC) higher is better. "
-                 "* / † : significantly better than HRE / NWKR (permutation test, p < 0.05).")
+                 f"* / † : significantly better than HRE / NWKR (permutation test, p < {ALPHA}).")
     return "\n".join(lines)
 
 

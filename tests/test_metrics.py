@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from mice_exp.metrics import (
+    ALPHA,
     HIGH,
     LOW,
     MEDIUM,
@@ -307,6 +308,47 @@ def test_permutation_test_is_symmetric_in_its_two_estimators() -> None:
     backward = permutation_test(metric, p_b, p_a, y, n_permutations=200)
     assert backward.difference == pytest.approx(-forward.difference)
     assert backward.p_value == forward.p_value
+
+
+def test_stopping_at_alpha_decides_as_the_full_test_does() -> None:
+    """Pairs from barely to plainly different: the early-stopped test marks exactly the pairs the full
+    1000-permutation test marks, and reports the full test's p wherever that is significant."""
+    decided = []
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        y = rng.integers(0, 2, 40)
+        p_a = np.clip(0.5 + (0.05 * seed / 10) * (2 * y - 1) + rng.normal(0, 0.2, 40), 0, 1)
+        p_b = rng.random(40)
+        full = permutation_test(brier, p_a, p_b, y, seed=seed)
+        early = permutation_test(brier, p_a, p_b, y, seed=seed, alpha=ALPHA)
+        assert (early.p_value < ALPHA) == (full.p_value < ALPHA)
+        if full.p_value < ALPHA:
+            assert early.p_value == full.p_value
+        decided.append(full.p_value < ALPHA)
+    assert 5 <= sum(decided) <= 35  # both decisions occur, so the comparison means something
+
+
+def test_stopping_at_alpha_draws_few_permutations_when_the_difference_is_plainly_null() -> None:
+    calls = []
+
+    def counted(p, y):
+        calls.append(1)
+        return brier(p, y)
+
+    p, y = random_case(3, n=50)
+    result = permutation_test(counted, p, p[::-1].copy(), y, n_permutations=1000, alpha=ALPHA)
+    assert result.p_value > 0.5
+    assert len(calls) < 2 * 200  # 2 metric calls per draw: ~100 draws instead of 1000
+
+
+def test_stopped_p_values_stay_valid_under_the_null() -> None:
+    p_values = []
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        y = rng.integers(0, 2, 30)
+        p_values.append(permutation_test(brier, rng.random(30), rng.random(30), y, n_permutations=99, seed=seed,
+                                         alpha=ALPHA).p_value)
+    assert 0.02 <= np.mean(np.array(p_values) < ALPHA) <= 0.09
 
 
 def test_identical_estimators_are_never_significant() -> None:

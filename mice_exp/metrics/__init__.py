@@ -6,7 +6,7 @@ Depends on nothing else in mice_exp, so estimators and reports can both build on
 from mice_exp.metrics.calibration import accuracy, auroc, binned_ece, brier, smece
 from mice_exp.metrics.euro import auc_euro, euro, euro_curve
 from mice_exp.metrics.evaluate import evaluate
-from mice_exp.metrics.permutation import PermutationResult, permutation_test
+from mice_exp.metrics.permutation import ALPHA, PermutationResult, permutation_test
 from mice_exp.metrics.policies import (
     TRIVIAL_POLICIES,
     always_abstain,
@@ -55,6 +55,7 @@ __all__ = [
     "mbr_threshold",
     "oracle",
     "permutation_test",
+    "ALPHA",
     "prr",
     "risk_coverage_curve",
     "smece",

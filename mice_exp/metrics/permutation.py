@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ from numpy.typing import ArrayLike
 from mice_exp.metrics.validation import check_pair
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
+ALPHA = 0.05  # the level of every significance mark, in runs and in reports
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ def permutation_test(
     y: ArrayLike,
     n_permutations: int = 1000,
     seed: int = 0,
+    alpha: float | None = None,
 ) -> PermutationResult:
     """Test whether metric(p_a) and metric(p_b) differ by swapping the two predictions per example.
 
@@ -35,6 +38,13 @@ def permutation_test(
     draws from the null distribution of the difference. p = (count + 1) / (n_permutations + 1),
     count being the permuted |differences| at least as large as the observed one; a small relative
     tolerance keeps float noise from splitting ties. A NaN metric (e.g. AUROC on one class) gives NaN.
+
+    With ``alpha``, drawing stops as soon as the test can no longer be significant at that level (Besag
+    & Clifford 1991, "Sequential Monte Carlo p-values"): once ``h`` permuted differences reach the observed
+    one, the full test's p is at least (h + 1) / (n + 1) >= alpha whatever the remaining draws give. The
+    p-value is then Besag and Clifford's h / L after L draws, floored at (h + 1) / (n + 1): ``p < alpha``
+    decides exactly as the full test does, at a fraction of its cost when the difference is plainly not
+    significant (smECE's bandwidth search makes every draw ~20 ms). Significant results draw them all.
     """
     p_a, y = check_pair(p_a, y)
     p_b, _ = check_pair(p_b, y)
@@ -42,9 +52,12 @@ def permutation_test(
     if np.isnan(observed):
         return PermutationResult(float("nan"), float("nan"))
     swaps = np.random.default_rng(seed).random((n_permutations, y.size)) < 0.5
-    null = np.array(
-        [metric(np.where(swap, p_b, p_a), y) - metric(np.where(swap, p_a, p_b), y) for swap in swaps]
-    )
     tolerance = 1e-12 * max(1.0, abs(observed))
-    count = np.count_nonzero(np.abs(null) >= abs(observed) - tolerance)
+    settled = n_permutations + 1 if alpha is None else max(1, math.ceil(alpha * (n_permutations + 1) - 1))
+    count = 0
+    for drawn, swap in enumerate(swaps, 1):
+        null = metric(np.where(swap, p_b, p_a), y) - metric(np.where(swap, p_a, p_b), y)
+        count += bool(abs(null) >= abs(observed) - tolerance)
+        if count == settled and drawn < n_permutations:
+            return PermutationResult(float(observed), max(count / drawn, (count + 1) / (n_permutations + 1)))
     return PermutationResult(float(observed), (count + 1) / (n_permutations + 1))

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from mice_exp.metrics.permutation import ALPHA
 from mice_exp.report.arguments import DEFAULT_FEATURES
 from mice_exp.report.collect import RunRecord
 from mice_exp.tracking.schema import MARKS, baseline_key, pvalue_key
@@ -32,7 +33,6 @@ from mice_exp.tracking.schema import TABLE_METRICS as METRICS
 HEADERS = {"smece": "smECE (↓)", "etcu_low": "Low risk (↑)", "etcu_medium": "Medium risk (↑)",
            "etcu_high": "High risk (↑)", "auc_etcu": "AUC (↑)"}
 LOWER_IS_BETTER = frozenset({"smece"})
-ALPHA = 0.05
 DECIMALS = 3
 
 #: Display names of reference rows (the runs' own ``estimator.name`` params win when present).
