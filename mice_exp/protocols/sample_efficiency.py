@@ -57,6 +57,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from sklearn.base import clone
 from threadpoolctl import ThreadpoolController
+from tqdm.auto import tqdm
 
 from mice_exp.errors import UserError
 from mice_exp.estimators.base import FallbackWarning
@@ -189,8 +190,12 @@ def sample_efficiency_scores(
     groups = {(s, t): partitions(train.size, s, t, seed) for s in sizes for t in range(trials)}
 
     sequential = n_jobs in (None, 1) or joblib.effective_n_jobs(n_jobs) == 1
+    bar = tqdm(total=len(keys), desc="sample efficiency (size, trial, group)", unit="fit", mininterval=5)
     if sequential:
-        results = [_task(local, data, groups[s, t][g]) for s, t, g in keys]
+        results = []
+        for s, t, g in keys:
+            results.append(_task(local, data, groups[s, t][g]))
+            bar.update()
     else:
         with tempfile.TemporaryDirectory(prefix="mice_sample_efficiency_") as folder:
             shared = {}
@@ -199,9 +204,12 @@ def sample_efficiency_scores(
                 joblib.dump(array, path)
                 shared[name] = joblib.load(path, mmap_mode="r")
             task = joblib.delayed(_by_value(_task))  # one copy: pickled once per batch of tasks
-            results = joblib.Parallel(n_jobs=n_jobs, backend="loky")(
-                task(local, shared, groups[s, t][g]) for s, t, g in keys
-            )
+            results = []
+            for result in joblib.Parallel(n_jobs=n_jobs, backend="loky", return_as="generator")(
+                    task(local, shared, groups[s, t][g]) for s, t, g in keys):
+                results.append(result)
+                bar.update()
+    bar.close()
     rows = [(name, s, t, g, auc, fell)
             for (s, t, g), result in zip(keys, results)
             for name, (auc, fell) in zip(local, result)]
