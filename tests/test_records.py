@@ -37,7 +37,8 @@ def test_a_records_file_holds_the_stage_records_without_activations(published):
     assert [r["label"] for r in file.records] == [r["label"] for r in stage.records]
     assert [r["layer_strings"] for r in file.records] == [r["layer_strings"] for r in stage.records]
     assert file.info["accuracy"] == stage.info["accuracy"] and file.n_layers == stage.n_layers
-    assert all("lens_ids" not in r and "offsets" in r for r in file.records)
+    assert all("offsets" in r for r in file.records)
+    assert [r["lens_ids"] for r in file.records] == [r["lens_ids"] for r in stage.records]  # lens agreement from files
     with pytest.raises(UserError, match="not in a records file"):
         file.arrays("mean_pool")
 

@@ -7,8 +7,8 @@ confidences from the tokens that overlap its span in the generated text:
 * ``product``: the product of those tokens' probabilities (the raw confidence of that span);
 * ``lens``: the logit-lens layers' agreement on the span, the share of (layer, token) pairs
   whose lens already predicts the generated token (MICE's idea that a span the early layers
-  already settle on is a safer one), from the records' ``lens_ids`` [L-1, T]. Published
-  records files keep no ``lens_ids``, so it is NaN there, with that reason.
+  already settle on is a safer one), from the records' ``lens_ids`` [L-1, T]. Records files
+  written before ``mice-exp records`` kept ``lens_ids`` (the committed ones) give NaN, with that reason.
 
 Each argument of a call to the gold API is labelled right or wrong by the data set's own rule
 (:func:`mice_exp.data.labels.argument_labels`: STE's exact value, BFCL's per-parameter checker),
@@ -149,7 +149,8 @@ def _pooled(scores: Mapping[str, list[float]], right: list[int], span: str, what
             if not right:
                 out.notes[key] = f"no {what} on test"
             elif not known:
-                out.notes[key] = "the records keep no lens_ids (a records file; the LLM-stage cache has them)"
+                out.notes[key] = ("the records keep no lens_ids (a records file written before `mice-exp records` kept "
+                                  "them; the LLM-stage cache has them)")
             elif stat == "auroc" and len({y for _, y in known}) < 2:
                 out.notes[key] = f"all {what} are {'right' if known[0][1] else 'wrong'}: nothing to rank"
             metrics[key] = math.nan if key in out.notes else metric(*map(list, zip(*known)))

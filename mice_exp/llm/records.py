@@ -25,10 +25,11 @@ FORMAT_VERSION = 1
 SOURCES = ("p_true", "verbalized", "consistency", "acts")  # per-record signals beside raw confidence (llm/sources.py)
 ARRAYS = ("first_token", "last_token", "mean_pool")  # per-record [L, d] states the stage pools
 # What a published record keeps: everything a feature view, protocol or report reads (token offsets
-# locate arguments in the text); lens token ids are re-derivable and large, activations far too large.
+# locate arguments in the text; lens token ids give per-argument lens agreement, ~0.2 MB gzipped per 750
+# SmolLM2 calls); activations stay out (far too large).
 PUBLISHED = ("id", "api", "split", "dataset", "prompt_hash", "prompt_tokens", "n_demos", "demos_dropped", "text",
              "token_ids", "token_probs", "offsets", "content_mask", "raw_confidence", "min_probability", "pred_api",
-             "pred_args", "parse_error", "label", "layer_strings")
+             "pred_args", "parse_error", "label", "layer_strings", "lens_ids")
 REQUIRED = ("id", "api", "split", "label", "raw_confidence", "text", "offsets", "token_probs", "layer_strings")
 
 
