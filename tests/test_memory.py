@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from mice_exp.paths import PACKAGE_ROOT
+
+pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's (elsewhere it is a no-op)")
 
 # A float32 model wide enough that its activations (3 prompts x ~25 tokens x 4,096) pass glibc's mmap threshold.
 GENERATE = textwrap.dedent("""
@@ -68,7 +73,9 @@ def test_a_models_activations_fault_in_far_fewer_pages_with_freed_memory_kept():
     """Ten MLP layers after a first one: glibc's default maps (and faults in) fresh pages for every large
     output (~100,000 faults here); kept on the heap, freed blocks are reused (~18,000). Not zero: torch
     allocates with posix_memalign, whose slack can leave a freed block a few bytes short of the next
-    request of the same size. (numpy arrays would hide all this: numpy asks for huge pages.)"""
+    request of the same size. Where the kernel hands out transparent huge pages to every mapping, both
+    counts shrink (~31,000 by default) but the ratio holds. (numpy arrays would hide all this: numpy asks
+    for huge pages.)"""
     default, kept = int(run(FAULTS, "default")), int(run(FAULTS, "keep"))
-    assert default > 50_000
+    assert default > 5_000  # the pattern does allocate past glibc's mmap threshold
     assert kept < default / 3
