@@ -15,7 +15,6 @@ size, so a model's mixed pattern of activations faults ~5x less, not never.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
@@ -33,16 +32,16 @@ def keep_freed_memory() -> bool:
     """
     global _applied
     if _applied is None:
-        _applied = _mallopt(M_MMAP_MAX, 0) and _mallopt(M_TRIM_THRESHOLD, KEEP_BYTES)
+        _applied = _set_mallopt({M_MMAP_MAX: 0, M_TRIM_THRESHOLD: KEEP_BYTES})
         log.debug("large allocations kept on the heap: %s", _applied)
     return _applied
 
 
-def _mallopt(param: int, value: int) -> bool:
-    name = ctypes.util.find_library("c")
+def _set_mallopt(settings: dict[int, int]) -> bool:
+    """glibc's ``mallopt`` for each setting, looked up among the symbols already loaded (no library search)."""
     try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError, TypeError):
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):  # no such symbol (not glibc) or no CDLL(None) (Windows)
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt(param, value) == 1
+    return all(mallopt(param, value) == 1 for param, value in settings.items())

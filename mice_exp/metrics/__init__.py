@@ -29,6 +29,7 @@ from mice_exp.metrics.utility import (
 )
 
 __all__ = [
+    "ALPHA",
     "HIGH",
     "LOW",
     "MEDIUM",
@@ -55,7 +56,6 @@ __all__ = [
     "mbr_threshold",
     "oracle",
     "permutation_test",
-    "ALPHA",
     "prr",
     "risk_coverage_curve",
     "smece",

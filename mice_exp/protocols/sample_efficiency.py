@@ -46,7 +46,7 @@ import hashlib
 import tempfile
 import types
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,8 +189,8 @@ def sample_efficiency_scores(
     keys = [(s, t, g) for s in sizes for t in range(trials) for g in range(train.size // s)]
     groups = {(s, t): partitions(train.size, s, t, seed) for s in sizes for t in range(trials)}
 
-    with tqdm(total=len(keys), desc="sample efficiency (size, trial, group)", unit="fit", mininterval=5) as bar:
-        results = _fit_all(local, data, keys, groups, n_jobs, bar)
+    results = list(tqdm(_fits(local, data, keys, groups, n_jobs), total=len(keys), unit="fit", mininterval=5,
+                        desc="sample efficiency (size, trial, group)"))
     rows = [(name, s, t, g, auc, fell)
             for (s, t, g), result in zip(keys, results)
             for name, (auc, fell) in zip(local, result)]
@@ -200,15 +200,14 @@ def sample_efficiency_scores(
                               if c.name == "estimator" else c, kind="stable").reset_index(drop=True)
 
 
-def _fit_all(local: Mapping[str, Any], data: dict[str, np.ndarray], keys: list[tuple[int, int, int]],
-             groups: Mapping[tuple[int, int], np.ndarray], n_jobs: int | None, bar: Any) -> list[Any]:
-    """Every (size, trial, group) fit in ``keys`` order: a plain loop, or loky workers reading shared arrays."""
-    results = []
+def _fits(local: Mapping[str, Any], data: dict[str, np.ndarray], keys: list[tuple[int, int, int]],
+          groups: Mapping[tuple[int, int], np.ndarray], n_jobs: int | None) -> Iterator[Any]:
+    """Every (size, trial, group) fit's result in ``keys`` order, as it finishes: a plain loop, or loky
+    workers reading arrays shared through files that live as long as the iteration."""
     if n_jobs in (None, 1) or joblib.effective_n_jobs(n_jobs) == 1:
         for s, t, g in keys:
-            results.append(_task(local, data, groups[s, t][g]))
-            bar.update()
-        return results
+            yield _task(local, data, groups[s, t][g])
+        return
     with tempfile.TemporaryDirectory(prefix="mice_sample_efficiency_") as folder:
         shared = {}
         for i, (name, array) in enumerate(data.items()):  # dumped once; tasks pickle a file reference
@@ -216,11 +215,8 @@ def _fit_all(local: Mapping[str, Any], data: dict[str, np.ndarray], keys: list[t
             joblib.dump(array, path)
             shared[name] = joblib.load(path, mmap_mode="r")
         task = joblib.delayed(_by_value(_task))  # one copy: pickled once per batch of tasks
-        for result in joblib.Parallel(n_jobs=n_jobs, backend="loky", return_as="generator")(
-                task(local, shared, groups[s, t][g]) for s, t, g in keys):
-            results.append(result)
-            bar.update()
-    return results
+        yield from joblib.Parallel(n_jobs=n_jobs, backend="loky", return_as="generator")(
+            task(local, shared, groups[s, t][g]) for s, t, g in keys)
 
 
 def summarise(scores: pd.DataFrame) -> pd.DataFrame:
