@@ -19,7 +19,8 @@ from hydra.utils import instantiate
 from joblib import Parallel, delayed
 
 from mice_exp.errors import UserError
-from mice_exp.metrics import ALPHA, PAPER_RISKS, Risk, evaluate, permutation_test
+from mice_exp.metrics import ALPHA, PAPER_RISKS, Risk, evaluate, permutation_test, smece, smece_rows
+from mice_exp.metrics.permutation import Metric, RowsMetric
 from mice_exp.metrics.utility import auc_etcu, etcu
 from mice_exp.tracking.schema import MARKS, TABLE_METRICS, action_belief_key, agent_key, pvalue_key
 
@@ -83,14 +84,13 @@ def risks_from(cfg_risk: Mapping[str, Any]) -> dict[str, Risk]:
     return risks
 
 
-def _metric_fn(name: str, risks: Mapping[str, Risk]):
-    from mice_exp.metrics import smece
-
-    if name == "smece":
-        return lambda p, y: -smece(p, y)  # lower is better: compare negated
+def _metric_fns(name: str, risks: Mapping[str, Risk]) -> tuple[Metric, RowsMetric | None]:
+    """A table metric as permutation_test compares it (higher is better), and its rows form if it has one."""
+    if name == "smece":  # lower is better: compare negated
+        return (lambda p, y: -smece(p, y)), (lambda p, y: -smece_rows(p, y))
     if name == "auc_etcu":
-        return auc_etcu
-    return lambda p, y: etcu(p, y, risks[name.removeprefix("etcu_")])
+        return auc_etcu, None
+    return (lambda p, y: etcu(p, y, risks[name.removeprefix("etcu_")])), None
 
 
 @dataclass
@@ -128,6 +128,12 @@ class Study:
     def heading(self, protocol: str, n_test: int) -> str:
         return f"{self.llm} on {self.dataset} ({protocol}, features {self.features}, {n_test} test examples)"
 
+    def _test(self, metric: str, p_main: np.ndarray, p_ref: np.ndarray, y: np.ndarray) -> Any:
+        """The delayed permutation test of ``metric`` between the run's estimator and a reference row."""
+        fn, rows_fn = _metric_fns(metric, self.risks)
+        return delayed(permutation_test)(fn, p_main, p_ref, y, n_permutations=self.permutations, seed=self.seed,
+                                         alpha=ALPHA, rows_metric=rows_fn)
+
     def score(self, fitted: Sequence[tuple[Candidate, np.ndarray, Any]], y: np.ndarray) -> list[Row]:
         """Rows of ``(candidate, test predictions, fitted estimator or None)``, the run's estimator last:
         metrics on the test labels ``y``, the last row's p-values and marks against HRE / NWKR."""
@@ -136,11 +142,7 @@ class Study:
         main = rows[-1]
         tested = self.permutations > 0  # 0: no significance tests (sweeps that only need the metrics)
         pairs = [(ref, metric) for ref in MARKS if tested and ref in by_key and ref != main.key for metric in TABLE_METRICS]
-        # smECE's bandwidth search makes each permuted metric ~40 ms: run the tests on every core.
-        tests = Parallel(n_jobs=self.n_jobs)(
-            delayed(permutation_test)(_metric_fn(metric, self.risks), main.p, by_key[ref].p, y,
-                                      n_permutations=self.permutations, seed=self.seed, alpha=ALPHA)
-            for ref, metric in pairs)
+        tests = Parallel(n_jobs=self.n_jobs)(self._test(metric, main.p, by_key[ref].p, y) for ref, metric in pairs)
         for (ref, metric), test in zip(pairs, tests):
             main.metrics[pvalue_key(metric, ref)] = test.p_value
             if test.p_value < ALPHA and test.difference > 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mice_exp.metrics import auc_etcu, brier
+from mice_exp.metrics import auc_etcu, brier, smece, smece_rows
 from mice_exp.metrics.bootstrap import bootstrap_intervals
 from mice_exp.report.intervals import TABLE_METRICS, add_intervals
 from mice_exp.report.tables import METRICS
@@ -30,6 +30,13 @@ def test_an_interval_covers_the_value_and_narrows_with_more_calls():
 def test_the_same_seed_gives_the_same_interval():
     p, y = calls(100)
     assert bootstrap_intervals(p, y, {"auc": auc_etcu}, seed=3) == bootstrap_intervals(p, y, {"auc": auc_etcu}, seed=3)
+
+
+def test_smece_scored_over_all_resamples_at_once_gives_the_same_interval():
+    p, y = calls(80)
+    one_by_one = bootstrap_intervals(p, y, {"smece": smece}, n_resamples=60)["smece"]
+    at_once = bootstrap_intervals(p, y, {"smece": smece}, n_resamples=60, rows_metrics={"smece": smece_rows})["smece"]
+    np.testing.assert_allclose(at_once, one_by_one, rtol=1e-9)
 
 
 def test_the_interval_columns_are_the_table_metrics():

@@ -38,6 +38,7 @@ from mice_exp.metrics import (
     oracle,
     permutation_test,
     smece,
+    smece_rows,
 )
 
 RISK_CONF = Path(__file__).resolve().parents[1] / "conf" / "risk"
@@ -216,6 +217,34 @@ def test_smece_is_relplots() -> None:
     assert smece(p, y) == relplot.smECE(p, y.astype(float))
 
 
+def confidence_sets(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of confidences of every shape smECE meets: spread, coarse, bunched near 1, exactly 0 and 1,
+    constant, calibrated and not."""
+    rng = np.random.default_rng(seed)
+    p = rng.random((12, n))
+    p[1] = np.round(p[1], 1)
+    p[2] = 0.9 + 0.1 * p[2]
+    p[3] = rng.integers(0, 2, n)
+    p[4] = 0.5
+    y = (rng.random((12, n)) < p).astype(int)
+    y[5:8] = rng.integers(0, 2, (3, n))
+    y[8] = 1
+    return p, y
+
+
+@pytest.mark.parametrize("n", [1, 2, 12, 200, 3000])
+def test_smece_rows_is_relplots_row_by_row(n: int) -> None:
+    p, y = confidence_sets(n, n)
+    expected = [relplot.smECE(row, labels.astype(float)) for row, labels in zip(p, y)]
+    np.testing.assert_allclose(smece_rows(p, y), expected, rtol=1e-9, atol=1e-12)
+
+
+def test_smece_rows_take_one_label_vector_for_every_row() -> None:
+    p, y = random_case(5, n=40)
+    rows = np.stack([p, p[::-1], np.sqrt(p)])
+    np.testing.assert_allclose(smece_rows(rows, y), [smece(row, y) for row in rows], rtol=1e-9, atol=1e-12)
+
+
 def test_binned_ece_by_hand() -> None:
     # Bins of width 0.1; 0.1 opens bin 1 and 1.0 joins 0.9 in the last bin.
     p, y = [0.1, 0.1, 0.9, 0.9, 1.0], [0, 1, 1, 1, 0]
@@ -349,6 +378,19 @@ def test_stopped_p_values_stay_valid_under_the_null() -> None:
         p_values.append(permutation_test(brier, rng.random(30), rng.random(30), y, n_permutations=99, seed=seed,
                                          alpha=ALPHA).p_value)
     assert 0.02 <= np.mean(np.array(p_values) < ALPHA) <= 0.09
+
+
+@pytest.mark.parametrize("seed", [0, 5])  # a test that stops early, and a significant one drawing all
+def test_smece_scored_in_blocks_gives_the_same_test(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, 30)
+    p_a = np.clip(0.5 + 0.1 * seed * (y - 0.5) + rng.normal(0, 0.15, 30), 0, 1)
+    p_b = rng.random(30)
+    args = (lambda p, y: -smece(p, y), p_a, p_b, y)
+    one_by_one = permutation_test(*args, n_permutations=150, seed=seed, alpha=ALPHA)
+    blocks = permutation_test(*args, n_permutations=150, seed=seed, alpha=ALPHA, rows_metric=lambda p, y: -smece_rows(p, y))
+    assert blocks == one_by_one
+    assert (one_by_one.p_value < ALPHA) == (seed == 5)
 
 
 def test_identical_estimators_are_never_significant() -> None:

@@ -15,6 +15,7 @@ from mice_exp.metrics.policies import (
     oracle,
 )
 from mice_exp.metrics.selective import aurc, prr, risk_coverage_curve
+from mice_exp.metrics.smooth_ece import smece_rows
 from mice_exp.metrics.utility import (
     HIGH,
     LOW,
@@ -59,4 +60,5 @@ __all__ = [
     "prr",
     "risk_coverage_curve",
     "smece",
+    "smece_rows",
 ]

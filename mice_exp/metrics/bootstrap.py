@@ -13,20 +13,28 @@ import numpy as np
 from mice_exp.metrics.validation import check_pair
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
+#: A metric over the rows of (resamples x examples) matrices of confidences and labels.
+RowsMetric = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def bootstrap_intervals(p: np.ndarray, y: np.ndarray, metrics: Mapping[str, Metric], n_resamples: int = 200,
-                        level: float = 0.95, seed: int = 0) -> dict[str, tuple[float, float]]:
+                        level: float = 0.95, seed: int = 0,
+                        rows_metrics: Mapping[str, RowsMetric] | None = None) -> dict[str, tuple[float, float]]:
     """``{name: (low, high)}``: the ``level`` percentile interval of each metric over ``n_resamples``
     resamples of the (p, y) pairs; the same resamples serve every metric. NaN resamples (a
-    single-class draw where a metric is undefined) are dropped; all NaN gives (nan, nan)."""
+    single-class draw where a metric is undefined) are dropped; all NaN gives (nan, nan).
+    ``rows_metrics`` gives a metric's form over all resamples at once (smECE's: ~10x faster)."""
     p, y = check_pair(p, y)
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(y), size=(n_resamples, len(y)))
     tail = (1 - level) / 2 * 100
+    rows_metrics = rows_metrics or {}
     out = {}
     for name, metric in metrics.items():
-        values = np.array([metric(p[rows], y[rows]) for rows in draws], dtype=float)
+        if name in rows_metrics:
+            values = np.asarray(rows_metrics[name](p[draws], y[draws]), dtype=float)
+        else:
+            values = np.array([metric(p[rows], y[rows]) for rows in draws], dtype=float)
         values = values[np.isfinite(values)]
         out[name] = (float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))) if len(values) \
             else (float("nan"), float("nan"))

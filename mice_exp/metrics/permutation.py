@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,6 +12,9 @@ from numpy.typing import ArrayLike
 from mice_exp.metrics.validation import check_pair
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
+#: The same metric over the rows of a (draws x examples) matrix of confidences, one value per row.
+RowsMetric = Callable[[np.ndarray, np.ndarray], np.ndarray]
+BLOCK = 100  # permuted draws scored together by a RowsMetric
 ALPHA = 0.05  # the level of every significance mark, in runs and in reports
 
 
@@ -31,6 +34,7 @@ def permutation_test(
     n_permutations: int = 1000,
     seed: int = 0,
     alpha: float | None = None,
+    rows_metric: RowsMetric | None = None,
 ) -> PermutationResult:
     """Test whether metric(p_a) and metric(p_b) differ by swapping the two predictions per example.
 
@@ -44,7 +48,11 @@ def permutation_test(
     one, the full test's p is at least (h + 1) / (n + 1) >= alpha whatever the remaining draws give. The
     p-value is then Besag and Clifford's h / L after L draws, floored at (h + 1) / (n + 1): ``p < alpha``
     decides exactly as the full test does, at a fraction of its cost when the difference is plainly not
-    significant (smECE's bandwidth search makes every draw ~20 ms). Significant results draw them all.
+    significant. Significant results draw them all.
+
+    ``rows_metric`` (``metric`` over the rows of a matrix, e.g. :func:`mice_exp.metrics.smooth_ece.smece_rows`)
+    scores the draws :data:`BLOCK` at a time: the same p-value, ~10x faster for smECE (relplot's bandwidth
+    search costs ~20 ms per vector).
     """
     p_a, y = check_pair(p_a, y)
     p_b, _ = check_pair(p_b, y)
@@ -54,10 +62,24 @@ def permutation_test(
     swaps = np.random.default_rng(seed).random((n_permutations, y.size)) < 0.5
     tolerance = 1e-12 * max(1.0, abs(observed))
     settled = n_permutations + 1 if alpha is None else max(1, math.ceil(alpha * (n_permutations + 1) - 1))
+    hits = _hits(metric, rows_metric, p_a, p_b, y, swaps, abs(observed) - tolerance)
     count = 0
-    for drawn, swap in enumerate(swaps, 1):
-        null = metric(np.where(swap, p_b, p_a), y) - metric(np.where(swap, p_a, p_b), y)
-        count += bool(abs(null) >= abs(observed) - tolerance)
+    for drawn, hit in enumerate(hits, 1):
+        count += hit
         if count == settled and drawn < n_permutations:
             return PermutationResult(float(observed), max(count / drawn, (count + 1) / (n_permutations + 1)))
     return PermutationResult(float(observed), (count + 1) / (n_permutations + 1))
+
+
+def _hits(metric: Metric, rows_metric: RowsMetric | None, p_a: np.ndarray, p_b: np.ndarray, y: np.ndarray,
+          swaps: np.ndarray, bound: float) -> Iterator[bool]:
+    """Whether each draw's |permuted difference| reaches ``bound``, computed lazily (draw by draw, or
+    a block at a time with ``rows_metric``) so that a test that stops early scores few draws."""
+    if rows_metric is None:
+        for swap in swaps:
+            yield bool(abs(metric(np.where(swap, p_b, p_a), y) - metric(np.where(swap, p_a, p_b), y)) >= bound)
+        return
+    for start in range(0, len(swaps), BLOCK):
+        block = swaps[start:start + BLOCK]
+        null = rows_metric(np.where(block, p_b, p_a), y) - rows_metric(np.where(block, p_a, p_b), y)
+        yield from (np.abs(null) >= bound).tolist()

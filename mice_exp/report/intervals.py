@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mice_exp.metrics import PAPER_RISKS, auc_etcu, etcu, smece
+from mice_exp.metrics import PAPER_RISKS, auc_etcu, etcu, smece, smece_rows
 from mice_exp.metrics.bootstrap import bootstrap_intervals
 from mice_exp.report.plots import PredictionsFn, prediction_pair
 from mice_exp.report.tables import METRICS
@@ -13,6 +13,7 @@ from mice_exp.report.tables import METRICS
 #: Table metric -> f(p, y), the functions the job logged the cell's value with.
 TABLE_METRICS = {"smece": smece, **{f"etcu_{name}": (lambda p, y, r=risk: etcu(p, y, r))
                                     for name, risk in PAPER_RISKS.items()}, "auc_etcu": auc_etcu}
+ROWS_METRICS = {"smece": smece_rows}
 RESAMPLES = 200
 
 
@@ -29,6 +30,7 @@ def add_intervals(table: pd.DataFrame, predictions: PredictionsFn, n_resamples: 
         pair = prediction_pair(predictions(row["run_id"]), row["estimator"])
         if pair is None:
             continue
-        for metric, (low, high) in bootstrap_intervals(*pair, TABLE_METRICS, n_resamples).items():
+        intervals = bootstrap_intervals(*pair, TABLE_METRICS, n_resamples, rows_metrics=ROWS_METRICS)
+        for metric, (low, high) in intervals.items():
             table.loc[index, [f"{metric}_lo", f"{metric}_hi"]] = low, high
     return table
