@@ -15,6 +15,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
 
+from mice_exp.metrics import smece, smece_rows
+from mice_exp.metrics.bootstrap import bootstrap_intervals
+
 #: Colours of Figure 8 (seaborn's default palette): correct in blue, incorrect in orange.
 CORRECT_COLOR = "#1f77b4"
 INCORRECT_COLOR = "#ff7f0e"
@@ -59,8 +62,8 @@ def reliability_diagram(
 
     The red curve is the kernel-smoothed E[y | p], drawn thicker where predictions are dense;
     the grey band is a bootstrap 95% band; ticks on the x axis are a sample of predictions
-    (above the axis: correct, below: incorrect). Bootstrapping (the slow part: about 2 s for 750
-    examples with ``num_bootstrap=200``) is seeded so the same inputs draw the same figure.
+    (above the axis: correct, below: incorrect); "+-" after the smECE is half the width of its 95%
+    bootstrap interval (100 resamples). Bootstrapping is seeded so the same inputs draw the same figure.
     """
     import relplot
 
@@ -79,11 +82,15 @@ def reliability_diagram(
             p,
             y,
             plot_confidence_band=confidence_band,
-            report_CE_std=confidence_band,
+            report_CE_std=False,
             num_bootstrap=num_bootstrap,
         )
     finally:
         np.random.set_state(state)
+    if confidence_band:  # relplot's own "+-" (scipy's basic bootstrap, 100 smECEs one at a time: ~2 s)
+        low, high = bootstrap_intervals(p, y, {"smece": smece}, n_resamples=100, seed=seed,
+                                        rows_metrics={"smece": smece_rows})["smece"]
+        diagram["ce_ci_width"] = max(high - diagram["ce"], diagram["ce"] - low)
 
     fig = Figure(figsize=(5.5, 5.5), layout="constrained")
     ax = fig.add_subplot()
