@@ -106,7 +106,7 @@ class Study:
     risks: dict[str, Risk]
     permutations: int = 1000
     seed: int = 0
-    n_jobs: int = -1
+    n_jobs: int = 1
     llm: str = ""
     dataset: str = ""
     features: str = ""
@@ -118,7 +118,7 @@ class Study:
         references = [candidate(baseline_entry(baselines, key, "compare_with"), baselines) for key in cfg["compare_with"]]
         return cls(main=candidate(cfg["estimator"], baselines), references=references, baselines=baselines,
                    risks=risks_from(cfg["risk"]), permutations=int(cfg["permutations"]), seed=int(cfg["seed"]),
-                   n_jobs=int(cfg.get("n_jobs", -1)), llm=cfg["llm"]["display"], dataset=cfg["dataset"]["name"],
+                   n_jobs=int(cfg.get("n_jobs", 1)), llm=cfg["llm"]["display"], dataset=cfg["dataset"]["name"],
                    features=cfg["features"]["name"])
 
     def candidate(self, key: str, where: str) -> Candidate:
