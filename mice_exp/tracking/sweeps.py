@@ -36,8 +36,9 @@ from mice_exp.tracking.store import (
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow import MlflowClient
 
-#: Top-level config groups that say where things are stored, not what is computed.
-HASH_IGNORES = ("tracking", "paths", "hydra", "force")
+#: Top-level config keys that say where things are stored or how many processes compute them, not
+#: what is computed (the permutation tests' p-values are the same for any n_jobs).
+HASH_IGNORES = ("tracking", "paths", "hydra", "force", "n_jobs")
 
 
 def quote(value: str, what: str) -> str:
