@@ -6,9 +6,10 @@ permutation test scores 2 x 1,000 vectors, so its null costs ~40 s. Here every r
 same steps as relplot (the same widths, grids, linear binning, reflected Gaussian kernel and
 linear interpolation), changed only in ways that leave the arithmetic the same up to rounding:
 rows at the same width are smoothed together as one matrix product, over the grid points some
-row touches, straight onto the evaluation mesh (the interpolation folded into the kernel). Rows whose width needs a grid over :data:`MAX_GRID` points
-(smECE below ~0.004) go to relplot itself. ``tests/test_metrics.py`` checks the values against
-relplot's on random and degenerate inputs.
+row touches, straight onto the evaluation mesh (the interpolation folded into the kernel). Rows
+whose width needs a grid over :data:`MAX_GRID` points (widths below ~0.005: an smECE that small)
+go to relplot itself. ``tests/test_metrics.py`` checks the values against relplot's on random and
+degenerate inputs; ``benchmarks/smooth_ece.py`` times both.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from numpy.typing import ArrayLike
 EPS = 0.001
 REFINE = 10
 DENSITY_EPS = 0.0001
-#: Rows whose kernel grid is larger go to ``relplot.smECE`` (an E x E matrix would outgrow the cache).
+#: Rows whose kernel grid is larger go to relplot (their grid x mesh kernel matrix would pass 30 MB).
 MAX_GRID = 2001
 
 
