@@ -6,15 +6,12 @@ interval says which differences in a table mean something before any significanc
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
+from mice_exp.metrics.permutation import Metric, RowsMetric
 from mice_exp.metrics.validation import check_pair
-
-Metric = Callable[[np.ndarray, np.ndarray], float]
-#: A metric over the rows of (resamples x examples) matrices of confidences and labels.
-RowsMetric = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def bootstrap_intervals(p: np.ndarray, y: np.ndarray, metrics: Mapping[str, Metric], n_resamples: int = 200,

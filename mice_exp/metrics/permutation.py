@@ -12,7 +12,7 @@ from numpy.typing import ArrayLike
 from mice_exp.metrics.validation import check_pair
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
-#: The same metric over the rows of a (draws x examples) matrix of confidences, one value per row.
+#: The same metric over the rows of (draws x examples) matrices of confidences (and labels), one value per row.
 RowsMetric = Callable[[np.ndarray, np.ndarray], np.ndarray]
 #: Draws a RowsMetric scores in its first call; each later call scores twice as many (a test that
 #: is plainly not significant stops within the first block, one that is draws all, in few calls).
