@@ -24,7 +24,8 @@ UI_USAGE = ("usage: mice-exp ui [hydra overrides, e.g. tracking.uri=...]\n"
 RECORDS_USAGE = ("usage: mice-exp records [output=FILE] [hydra overrides]\n"
                  "writes the configured LLM stage (computed or resumed if needed) and its sources.use as a\n"
                  "records file, by default experiments/records/<dataset>-<llm>.jsonl.gz; any run takes it\n"
-                 "back with llm.records=FILE and needs no LLM")
+                 "back with llm.records=FILE and needs no LLM. With llm.records=FILE it adds sources.use to\n"
+                 "that file's records (loading the LLM, not re-running its stage)")
 
 
 def check_command(argv: Sequence[str]) -> None:

@@ -41,6 +41,9 @@ OPTIONAL_POSITIVE_INT: Rule = (lambda v: v is None or POSITIVE_INT[0](v), "a pos
 SIZES: Rule = (lambda v: isinstance(v, list) and bool(v) and all(POSITIVE_INT[0](s) for s in v),
                "a non-empty list of positive integers")
 
+SPLITS: Rule = (lambda v: v is None or (isinstance(v, list) and bool(v) and set(v) <= {"train", "validation", "test"}),
+                "null or a non-empty list of train, validation, test")
+
 #: Dotted key -> rule; a key absent from the composed config (another group's option) is skipped.
 RULES: dict[str, Rule] = {
     "seed": INTEGER,
@@ -73,7 +76,8 @@ RULES: dict[str, Rule] = {
     "sources.consistency.samples": POSITIVE_INT,
     "sources.consistency.temperature": POSITIVE,
     "sources.consistency.seed": INTEGER,
-    "sources.consistency.batch_size": POSITIVE_INT,
+    "sources.consistency.splits": SPLITS,
+    "sources.acts.max_new_tokens": POSITIVE_INT,
 }
 
 

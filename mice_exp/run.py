@@ -116,21 +116,16 @@ def confidence_sources(cfg: dict[str, Any], paths: Paths, stage: StageOutput) ->
     names = list(cfg["sources"]["use"])
     if not names:
         return {}
-    records = stage.records
     if stage.folder is None:
         missing = [n for n in names if n not in stage.sources]
         if missing:
             raise UserError(f"sources.use={names}: the records file {cfg['llm']['records']} holds "
-                            f"{sorted(stage.sources) or 'no sources'}, not {missing}; expected sources it holds")
+                            f"{sorted(stage.sources) or 'no sources'}, not {missing}; expected sources it holds "
+                            f"(compute them with `mice-exp records llm.records=FILE sources.use=[...]`)")
         return {n: np.array([np.nan if v is None else v for v in stage.sources[n]], dtype=np.float64) for n in names}
-    from mice_exp.llm.model import load_llm
-    from mice_exp.llm.sources import compute_source, load_source
-    from mice_exp.data import select_examples
+    from mice_exp.llm.sources import stage_sources
 
-    examples = {e.id: e for e in select_examples(cfg["dataset"], paths).examples}
-    llm = load_llm(cfg["llm"], paths.models)
-    ids = [r["id"] for r in records]
-    return {name: load_source(compute_source(name, cfg, stage.folder, examples, records, llm), ids) for name in names}
+    return stage_sources(cfg, paths, stage, names)
 
 
 def _argument_scores(cfg: dict[str, Any], paths: Paths, records: list[dict[str, Any]]) -> dict[str, float]:

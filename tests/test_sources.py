@@ -1,15 +1,23 @@
-"""Confidence sources beyond raw probability: P(True), verbalized, self-consistency (on tiny_random)."""
+"""Confidence sources beyond raw probability: P(True), verbalized, self-consistency, the way out (on tiny_random)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
+import torch
 
 import mice_exp.llm.sources as sources
-from mice_exp.llm.sources import compute_source, load_source, option_token_ids, parse_percent
-from mice_exp.llm.records import read_stage
+from mice_exp.cache import read_json
 from mice_exp.data import select_examples
+from mice_exp.errors import UserError
+from mice_exp.llm.capture import generate_ids
+from mice_exp.llm.records import read_records_file, read_stage
+from mice_exp.llm.sources import (Prompts, agreement, compute_sources, load_source, option_token_ids, parse_percent,
+                                  prefill, shared_length, stage_sources)
 from mice_exp.llm.stage import run_llm_stage
+from mice_exp.llm.toolcall import parse_call
 from tests.test_llm_stage import paths_in, tiny_cfg
 
 
@@ -24,54 +32,106 @@ def test_option_tokens_cover_the_letter_with_and_without_a_space(tokenizer):
     assert tokenizer.decode(ids[0]).strip() == "A" and len(ids) == 2
 
 
+def test_consistency_counts_samples_equal_to_the_greedy_call():
+    greedy = {"pred_api": "f", "pred_args": {"a": 1}, "parse_error": None}
+    samples = [parse_call(t) for t in ['Action: f\nAction Input: {"a": 1}', 'Action: f\nAction Input: {"a": 2}',
+                                       'Action: f\nAction Input: {"a":1}']]
+    assert agreement(samples, greedy) == pytest.approx(2 / 3)
+    assert agreement(samples, {"pred_api": None, "pred_args": None, "parse_error": "no 'Action:' line"}) == 0.0
+
+
 @pytest.fixture(scope="module")
 def stage(tmp_path_factory, tiny_llm):
     tmp = tmp_path_factory.mktemp("sources")
     cfg = tiny_cfg()
+    cfg["sources"]["consistency"]["samples"] = 3
     out = run_llm_stage(cfg, paths_in(tmp), llm=tiny_llm)
     examples = {e.id: e for e in select_examples(cfg["dataset"], paths_in(tmp)).examples}
-    return cfg, out, examples, read_stage(out).records
+    return SimpleNamespace(cfg=cfg, out=out, examples=examples, demos=read_json(out / "demos.json"),
+                           records=read_stage(out).records, paths=paths_in(tmp))
 
 
-@pytest.mark.parametrize("name", ["p_true", "verbalized", "consistency"])
-def test_each_source_gives_a_value_or_missing_per_record_and_is_cached(stage, tiny_llm, monkeypatch, name):
-    cfg, out, examples, records = stage
-    cfg["sources"]["consistency"]["samples"] = 3
-    folder = compute_source(name, cfg, out, examples, records, tiny_llm)
-    values = load_source(folder, [r["id"] for r in records])
-    assert values.shape == (len(records),)
-    finite = values[~np.isnan(values)]
-    assert ((finite >= 0) & (finite <= 1)).all()
-    if name == "p_true":
-        assert np.isfinite(values).all()
-    monkeypatch.setattr(sources, "p_true", lambda *a, **k: pytest.fail("recomputed"))
-    monkeypatch.setattr(sources, "verbalized", lambda *a, **k: pytest.fail("recomputed"))
-    monkeypatch.setattr(sources, "consistency", lambda *a, **k: pytest.fail("recomputed"))
-    assert compute_source(name, cfg, out, examples, records, tiny_llm) == folder
+def prompts_of(stage, llm, record):
+    demos = [stage.examples[d] for d in stage.demos[record["id"]][:record["n_demos"]]]
+    return Prompts(llm, stage.cfg, stage.examples[record["id"]], demos, record)
 
 
-def test_consistency_counts_samples_equal_to_the_greedy_call(tiny_llm, tokenizer, monkeypatch):
-    greedy = [{"pred_api": "f", "pred_args": {"a": 1}, "parse_error": None},
-              {"pred_api": None, "pred_args": None, "parse_error": "no 'Action:' line"}]
-    texts = ['Action: f\nAction Input: {"a": 1}', 'Action: f\nAction Input: {"a": 2}', 'Action: f\nAction Input: {"a":1}',
-             'Action: f\nAction Input: {"a": 1}', "nothing", "nothing"]
-    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    width = max(map(len, rows))
-    padded = [r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows]
-    import torch
+def test_every_source_is_computed_once_per_record_and_cached(stage, tiny_llm, monkeypatch):
+    names = ["p_true", "verbalized", "consistency", "acts"]
+    folders = compute_sources(names, stage.cfg, stage.out, stage.examples, stage.demos, stage.records, tiny_llm)
+    ids = [r["id"] for r in stage.records]
+    for name in names:
+        values = load_source(folders[name], ids)
+        finite = values[~np.isnan(values)]
+        assert values.shape == (len(ids),) and ((finite >= 0) & (finite <= 1)).all()
+    assert np.isfinite(load_source(folders["p_true"], ids)).all()
+    assert set(load_source(folders["acts"], ids)) <= {0.0, 1.0}
+    for name in names:
+        monkeypatch.setattr(sources, name, lambda *a, **k: pytest.fail("recomputed"))
+    assert compute_sources(names, stage.cfg, stage.out, stage.examples, stage.demos, stage.records, tiny_llm) == folders
 
-    batches = iter([padded[:3], padded[3:]])
-    monkeypatch.setattr(sources, "sample_ids", lambda *a, **k: torch.tensor(next(batches)))
-    values = sources.consistency(tiny_llm, [[1], [1]], greedy, samples=3, temperature=1.0, max_new_tokens=4, seed=0)
-    assert values == [pytest.approx(2 / 3), 0.0]
+
+def test_consistency_only_on_the_splits_it_is_asked_for(stage, tiny_llm):
+    cfg = {**stage.cfg, "sources": {**stage.cfg["sources"],
+                                    "consistency": {**stage.cfg["sources"]["consistency"], "splits": ["test"]}}}
+    folder = compute_sources(["consistency"], cfg, stage.out, stage.examples, stage.demos, stage.records,
+                             tiny_llm)["consistency"]
+    values = load_source(folder, [r["id"] for r in stage.records])
+    is_test = np.array([r["split"] == "test" for r in stage.records])
+    assert is_test.any() and np.isfinite(values[is_test]).all() and np.isnan(values[~is_test]).all()
+
+
+def test_the_way_out_follows_the_query_so_every_variant_shares_the_prompt_up_to_it(stage, tiny_llm):
+    record = stage.records[0]
+    prompts = prompts_of(stage, tiny_llm, record)
+    note = stage.cfg["sources"]["acts"]["instruction"]
+    way_out = prompts.with_note(note)
+    assert tiny_llm.tokenizer.decode(way_out).count("Action: ask_user") == 1
+    variants = [prompts.original, way_out, prompts.followup("Is it correct?")]
+    start = shared_length(variants)
+    query_end = len(tiny_llm.tokenizer.decode(prompts.original[:start]))
+    assert stage.examples[record["id"]].query in tiny_llm.tokenizer.decode(prompts.original[:start])
+    assert start > 0.9 * len(prompts.original) and query_end > 0
+
+
+def test_continuing_a_shared_prefix_gives_what_the_whole_prompt_gives(stage, tiny_llm):
+    """P(True) and greedy generation from a copy of the prefix cache equal those of the full prompt."""
+    prompts = prompts_of(stage, tiny_llm, stage.records[0])
+    full = prompts.followup(stage.cfg["sources"]["p_true"]["question"])
+    start = shared_length([prompts.original, full])
+    shared = sources.p_true(tiny_llm, prefill(tiny_llm, full[:start]), start, full)
+    whole = sources.p_true(tiny_llm, prefill(tiny_llm, []), 0, full)
+    assert shared == pytest.approx(whole, abs=1e-5)
+    plain = generate_ids(tiny_llm, [full], max_new_tokens=6)
+    continued = generate_ids(tiny_llm, [full], max_new_tokens=6, past_key_values=prefill(tiny_llm, full[:start]))
+    assert continued[0].tolist() == plain[0].tolist()
 
 
 def test_samples_share_one_prefill_and_match_plain_generation(tiny_llm):
     """Greedy continuations from the repeated prefix cache equal generate's from the full prompt."""
-    from mice_exp.llm.capture import generate_ids, sample_ids
-
     prompt = list(range(5, 40))
     plain = generate_ids(tiny_llm, [prompt], max_new_tokens=6)
-    shared = sample_ids(tiny_llm, prompt, samples=3, max_new_tokens=6)
-    assert shared.shape[0] == 3
+    cache = prefill(tiny_llm, prompt[:-1])
+    cache.batch_repeat_interleave(3)
+    shared = generate_ids(tiny_llm, [prompt] * 3, max_new_tokens=6, past_key_values=cache)
     assert all(row.tolist() == plain[0].tolist() for row in shared)
+
+
+def test_a_records_file_gets_its_sources_without_its_llm_stage(stage, tiny_llm, tmp_path, monkeypatch):
+    """``mice-exp records llm.records=FILE sources.use=[...]``: demonstrations retrieved again, prompts
+    checked against the records' hashes, values equal to those computed beside the stage."""
+    from mice_exp.llm.publish import publish_records
+
+    monkeypatch.setattr(sources, "load_llm", lambda *a, **k: tiny_llm)
+    cfg = {**stage.cfg, "paths": {"root": str(stage.paths.root), "cache": str(stage.paths.cache)}}
+    plain = publish_records(cfg, tmp_path / "plain.jsonl.gz")
+    cfg = {**cfg, "llm": {**cfg["llm"], "records": str(plain)}, "sources": {**cfg["sources"], "use": ["p_true"]}}
+    with_p_true = publish_records(cfg, tmp_path / "with.jsonl.gz")
+    from_file = read_records_file(with_p_true).sources["p_true"]
+    beside = compute_sources(["p_true"], stage.cfg, stage.out, stage.examples, stage.demos, stage.records, tiny_llm)
+    assert from_file == pytest.approx(list(load_source(beside["p_true"], [r["id"] for r in stage.records])))
+
+    tampered = read_records_file(plain)
+    tampered.records[0]["prompt_hash"] = "0" * 16
+    with pytest.raises(UserError, match="prompt rebuilt here differs"):
+        stage_sources(cfg, stage.paths, tampered, ["verbalized"])

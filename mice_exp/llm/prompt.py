@@ -48,7 +48,13 @@ def render_head(example: Any, demos: Sequence[Any], template: str) -> str:
     return template.format(api_descriptions="\n\n".join(tools), api_names="\n".join(names))
 
 
-def chat_messages(example: Any, demos: Sequence[Any], template: str, system: str) -> list[dict[str, str]]:
+def query_turn(example: Any, note: str = "") -> str:
+    """The query as the user writes it; ``note`` (e.g. the way-out offer of Pal et al.) follows it in the
+    same turn, as in their Appendix D, so every prompt variant shares all tokens up to the query."""
+    return f"User Query: {example.query}" + (f"\n\n{note}" if note else "")
+
+
+def chat_messages(example: Any, demos: Sequence[Any], template: str, system: str, note: str = "") -> list[dict[str, str]]:
     """Instructions as the system turn, each demonstration as a user / assistant exchange, then the query.
 
     Demonstrations come least similar first, so the most similar sits next to the query.
@@ -56,21 +62,22 @@ def chat_messages(example: Any, demos: Sequence[Any], template: str, system: str
     messages = [{"role": "system", "content": f"{system}\n\n{render_head(example, demos, template)}"}]
     for demo in reversed(demos):
         messages += [{"role": "user", "content": f"User Query: {demo.query}"}, {"role": "assistant", "content": demo.demo}]
-    return messages + [{"role": "user", "content": f"User Query: {example.query}"}]
+    return messages + [{"role": "user", "content": query_turn(example, note)}]
 
 
-def plain_text(example: Any, demos: Sequence[Any], template: str, system: str) -> str:
+def plain_text(example: Any, demos: Sequence[Any], template: str, system: str, note: str = "") -> str:
     """The same prompt for a base model: one text that the model continues with "Action: ..."."""
     shots = "".join(f"User Query: {d.query}\n{d.demo}\n\n" for d in reversed(demos))
-    return f"{system}\n\n{render_head(example, demos, template)}\n\n{shots}User Query: {example.query}\n"
+    return f"{system}\n\n{render_head(example, demos, template)}\n\n{shots}{query_turn(example, note)}\n"
 
 
-def encode(tokenizer: Any, example: Any, demos: Sequence[Any], template: str, system: str, chat: bool) -> list[int]:
+def encode(tokenizer: Any, example: Any, demos: Sequence[Any], template: str, system: str, chat: bool,
+           note: str = "") -> list[int]:
     if chat:
-        out = tokenizer.apply_chat_template(chat_messages(example, demos, template, system),
+        out = tokenizer.apply_chat_template(chat_messages(example, demos, template, system, note),
                                             add_generation_prompt=True, tokenize=True)
         return list(out["input_ids"] if isinstance(out, Mapping) else out)
-    return tokenizer(plain_text(example, demos, template, system), add_special_tokens=True)["input_ids"]
+    return tokenizer(plain_text(example, demos, template, system, note), add_special_tokens=True)["input_ids"]
 
 
 def build_prompt(example: Any, demos: Sequence[Any], tokenizer: Any, cfg: Mapping[str, Any], budget: int) -> Prompt:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mice_exp.cache import read_json_if
-from mice_exp.llm.records import publishable, read_stage, write_records_file
-from mice_exp.paths import paths_from
+from mice_exp.llm.records import publishable, read_records_file, read_records_header, read_stage, write_records_file
+from mice_exp.paths import paths_from, resolve
 
 
 def default_path(cfg: Mapping[str, Any], root: Path) -> Path:
@@ -20,30 +20,30 @@ def default_path(cfg: Mapping[str, Any], root: Path) -> Path:
 
 
 def publish_records(cfg: Mapping[str, Any], path: Path | None = None) -> Path:
-    """Write the configured LLM stage's records (computing or resuming the stage if needed) with
-    every source in ``sources.use`` (computed if missing, which loads the LLM)."""
-    from mice_exp.data import select_examples
-    from mice_exp.llm.model import load_llm
-    from mice_exp.llm.sources import compute_source, load_source
+    """Write the configured LLM stage's records (computing or resuming the stage if needed), or those of
+    the records file ``llm.records``, with every source in ``sources.use`` (computed if missing, which
+    loads the LLM) beside the sources the file already holds."""
+    from mice_exp.llm.sources import stage_sources
     from mice_exp.llm.stage import run_llm_stage
 
     paths = paths_from(cfg["paths"])
-    out = run_llm_stage(cfg, paths)
-    stage = read_stage(out)
+    if cfg["llm"].get("records"):
+        stage = read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"])
+        header = read_records_header(resolve(cfg["llm"]["records"], paths.root))
+    else:
+        out = run_llm_stage(cfg, paths)
+        stage = read_stage(out)
+        header = {"dataset": cfg["dataset"]["name"], "llm": cfg["llm"]["name"], "display": cfg["llm"]["display"],
+                  "n_layers": stage.info["n_layers"], "hidden_size": stage.info["hidden_size"],
+                  "stage_key": read_json_if(out / "meta.json"), "stage_cache": out.name}
     names = list(cfg["sources"]["use"])
-    values: dict[str, Any] = {}
-    if names:
-        examples = {e.id: e for e in select_examples(cfg["dataset"], paths).examples}
-        llm = load_llm(cfg["llm"], paths.models)
-        for name in names:
-            folder = compute_source(name, cfg, out, examples, stage.records, llm)
-            values[name] = [None if v != v else float(v) for v in load_source(folder, stage.ids)]  # NaN -> null
-    records = [publishable(r) | ({"sources": {n: values[n][i] for n in names}} if names else {})
+    values = {n: [None if v != v else float(v) for v in vals]  # NaN -> null
+              for n, vals in (stage_sources(cfg, paths, stage, names) if names else {}).items()}
+    values = {n: v for n, v in stage.sources.items() if n not in values} | values
+    records = [publishable(r) | ({"sources": {n: values[n][i] for n in values}} if values else {})
                for i, r in enumerate(stage.records)]
-    header = {"dataset": cfg["dataset"]["name"], "llm": cfg["llm"]["name"], "display": cfg["llm"]["display"],
-              "n_layers": stage.info["n_layers"], "hidden_size": stage.info["hidden_size"],
-              "examples": len(records), "sources": names, "stage_key": read_json_if(out / "meta.json"),
-              "stage_cache": out.name}
+    header = {k: v for k, v in header.items() if k not in ("format", "version")} | {
+        "examples": len(records), "sources": list(values)}
     path = path or default_path(cfg, paths.root)
     write_records_file(path, header, records)
     return path

@@ -107,6 +107,12 @@ def write_records_file(path: Path, header: Mapping[str, Any], records: Iterable[
     tmp.replace(path)
 
 
+def read_records_header(path: Path) -> dict[str, Any]:
+    """The first line of a records file (what produced it); read after :func:`read_records_file` checked it."""
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return json.loads(handle.readline())
+
+
 def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[str] = ()) -> StageOutput:
     """A published records file as a stage output; every problem is one line naming the file.
 

@@ -6,63 +6,50 @@
   answers are recorded as missing (None), never guessed.
 - ``consistency``: k samples at a temperature; confidence = the fraction whose parsed call
   (API and argument JSON) equals the greedy call's.
-- ``acts`` (Pal et al., 2026): the same prompt with a way out (the wording is config) —
-  1 if the model still calls an API, 0 if it takes the way out. Not a confidence: the
+- ``acts`` (Pal et al., 2026): the same prompt with a way out offered after the query (the wording
+  is config) -- 1 if the model still calls an API, 0 if it takes the way out. Not a confidence: the
   behaviour that action-belief consistency compares with every confidence.
 
-Each source is stored as ``<llm cache>/source-<name>-<key>/shard-NNNNN.jsonl`` (one shard per
-batch, resumable like the LLM stage), keyed by the source's own settings.
+All four prompts of a call begin with the same tokens (the instructions, the demonstrations and the
+query: ~98% of an 8-shot prompt), so each call's shared prefix is encoded once and every source
+continues from a copy of that cache (a sliding-window layer cannot be cropped back); the prefill is most of the cost. Each source is
+stored as ``<llm cache>/source-<name>-<key>/shard-NNNNN.jsonl`` (one shard per batch of records,
+resumable like the LLM stage), keyed by the source's own settings.
 """
 
 from __future__ import annotations
 
+import copy
 import re
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 from filelock import FileLock
+from transformers import DynamicCache
 from tqdm.auto import tqdm
 
-from mice_exp.cache import read_json_if, read_jsonl, stable_hash, write_jsonl
+from mice_exp.cache import read_jsonl, stable_hash, write_jsonl
+from mice_exp.data import select_examples
 from mice_exp.errors import UserError
-from mice_exp.llm.capture import generate_ids, left_pad, sample_ids, truncate
-from mice_exp.llm.model import LLM
-from mice_exp.llm.prompt import chat_messages, load_template, plain_text
-from mice_exp.llm.records import SOURCES
+from mice_exp.llm.capture import generate_ids, truncate
+from mice_exp.llm.model import LLM, load_llm
+from mice_exp.llm.prompt import chat_messages, encode, load_template, plain_text
+from mice_exp.llm.records import SOURCES, StageOutput
+from mice_exp.llm.stage import retrieved_demos
 from mice_exp.llm.toolcall import parse_call
+from mice_exp.paths import Paths
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
-
-
-def followup_ids(llm: LLM, example: Any, demos: Sequence[Any], generated: str, question: str,
-                 prompt_cfg: Mapping[str, Any]) -> list[int]:
-    """The original prompt, the model's own call as its answer, then a follow-up question."""
-    template, system = load_template(prompt_cfg["template"]), load_template(prompt_cfg["system"]).strip()
-    if bool(prompt_cfg.get("chat_template", True)) and llm.has_chat_template:
-        messages = chat_messages(example, demos, template, system)
-        messages += [{"role": "assistant", "content": generated}, {"role": "user", "content": question}]
-        out = llm.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(out["input_ids"] if isinstance(out, Mapping) else out)
-    text = f"{plain_text(example, demos, template, system)}{generated}\n\n{question}\nAnswer:"
-    return llm.tokenizer(text, add_special_tokens=True)["input_ids"]
+METHOD = "shared-prefix-1"  # how sources are computed; part of their cache key
+ORDER = ("p_true", "verbalized", "acts", "consistency")
 
 
 def option_token_ids(tokenizer: Any, option: str) -> list[int]:
     """First token of the option letter as the model may write it ("A", " A")."""
     return sorted({tokenizer.encode(v, add_special_tokens=False)[0] for v in (option, f" {option}")})
-
-
-@torch.inference_mode()
-def p_true(llm: LLM, prompts: Sequence[list[int]]) -> list[float]:
-    ids, mask = left_pad(prompts, llm)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = llm.model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits
-    probs = torch.softmax(logits[:, -1].float(), -1)
-    yes = probs[:, option_token_ids(llm.tokenizer, "A")].sum(-1)
-    no = probs[:, option_token_ids(llm.tokenizer, "B")].sum(-1)
-    return (yes / (yes + no)).tolist()
 
 
 def parse_percent(text: str) -> float | None:
@@ -73,83 +60,178 @@ def parse_percent(text: str) -> float | None:
     return float(match.group()) / 100
 
 
-@torch.inference_mode()
-def verbalized(llm: LLM, prompts: Sequence[list[int]], max_new_tokens: int) -> list[float | None]:
-    out = generate_ids(llm, prompts, max_new_tokens)
-    return [parse_percent(llm.tokenizer.decode(row, skip_special_tokens=True)) for row in out]
+def agreement(calls: Sequence[Any], record: Mapping[str, Any]) -> float:
+    """Share of sampled calls equal (API and arguments) to the record's greedy call; 0 if it did not parse."""
+    if record["parse_error"] is not None:
+        return 0.0
+    return float(np.mean([(c.api, c.args) == (record["pred_api"], record["pred_args"]) for c in calls]))
+
+
+class Prompts:
+    """The token ids of one call's prompt variants, rebuilt exactly as the LLM stage built its prompt."""
+
+    def __init__(self, llm: LLM, cfg: Mapping[str, Any], example: Any, demos: Sequence[Any], record: Mapping[str, Any]):
+        self.llm, self.example, self.demos, self.record = llm, example, demos, record
+        self.template = load_template(cfg["prompt"]["template"])
+        self.system = load_template(cfg["prompt"]["system"]).strip()
+        self.chat = bool(cfg["prompt"].get("chat_template", True)) and llm.has_chat_template
+        self.original = encode(llm.tokenizer, example, demos, self.template, self.system, self.chat)
+        if "prompt_hash" in record and stable_hash(self.original) != record["prompt_hash"]:
+            raise UserError(f"record {record['id']}: the prompt rebuilt here differs from the one the LLM stage "
+                            "generated from (prompt_hash); expected the records' own retrieval and prompt settings")
+
+    def followup(self, question: str) -> list[int]:
+        """The original prompt, the model's own call as its answer, then a follow-up question."""
+        generated = self.record["text"]
+        if self.chat:
+            messages = chat_messages(self.example, self.demos, self.template, self.system)
+            messages += [{"role": "assistant", "content": generated}, {"role": "user", "content": question}]
+            out = self.llm.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            return list(out["input_ids"] if isinstance(out, Mapping) else out)
+        text = f"{plain_text(self.example, self.demos, self.template, self.system)}{generated}\n\n{question}\nAnswer:"
+        return self.llm.tokenizer(text, add_special_tokens=True)["input_ids"]
+
+    def with_note(self, note: str) -> list[int]:
+        """The original prompt with ``note`` after the query (the way-out offer)."""
+        return encode(self.llm.tokenizer, self.example, self.demos, self.template, self.system, self.chat, note)
+
+
+def shared_length(prompts: Sequence[Sequence[int]]) -> int:
+    """Tokens every prompt starts with, leaving each at least one token to feed."""
+    n = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for i in range(n):
+        if any(p[i] != first[i] for p in prompts[1:]):
+            return i
+    return n
 
 
 @torch.inference_mode()
-def acts(llm: LLM, prompts: Sequence[list[int]], abstain_api: str, max_new_tokens: int) -> list[float]:
-    out = generate_ids(llm, prompts, max_new_tokens)
-    texts = [truncate(llm.tokenizer, row.tolist(), llm.eos_ids())[2] for row in out]
-    return [0.0 if abstain_api in text else 1.0 for text in texts]
+def prefill(llm: LLM, ids: Sequence[int]) -> DynamicCache:
+    cache = DynamicCache(config=llm.model.config)
+    if ids:
+        llm.model(input_ids=torch.tensor([list(ids)], device=llm.device), past_key_values=cache, use_cache=True,
+                  logits_to_keep=1)
+    return cache
 
 
 @torch.inference_mode()
-def consistency(llm: LLM, prompts: Sequence[list[int]], greedy: Sequence[Mapping[str, Any]], samples: int,
-                temperature: float, max_new_tokens: int, seed: int) -> list[float]:
-    torch.manual_seed(seed)
-    values = []
-    for prompt, record in zip(prompts, greedy):
-        out = sample_ids(llm, prompt, samples, max_new_tokens, do_sample=True, temperature=temperature, top_k=0,
-                         top_p=1.0)
-        calls = [parse_call(truncate(llm.tokenizer, row.tolist(), llm.eos_ids())[2]) for row in out]
-        target = (record["pred_api"], record["pred_args"]) if record["parse_error"] is None else None
-        values.append(float(np.mean([(c.api, c.args) == target for c in calls])) if target else 0.0)
-    return values
+def p_true(llm: LLM, cache: DynamicCache, start: int, prompt: Sequence[int]) -> float:
+    out = llm.model(input_ids=torch.tensor([list(prompt[start:])], device=llm.device), past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+    probs = torch.softmax(out.logits[0, -1].float(), -1)
+    yes, no = probs[option_token_ids(llm.tokenizer, "A")].sum(), probs[option_token_ids(llm.tokenizer, "B")].sum()
+    return float(yes / (yes + no))
+
+
+def _texts(llm: LLM, out: torch.Tensor) -> list[str]:
+    return [truncate(llm.tokenizer, row.tolist(), llm.eos_ids())[2] for row in out]
+
+
+@torch.inference_mode()
+def verbalized(llm: LLM, cache: DynamicCache, prompt: Sequence[int], max_new_tokens: int) -> float | None:
+    out = generate_ids(llm, [prompt], max_new_tokens, past_key_values=cache)
+    return parse_percent(llm.tokenizer.decode(out[0], skip_special_tokens=True))
+
+
+@torch.inference_mode()
+def acts(llm: LLM, cache: DynamicCache, prompt: Sequence[int], abstain_api: str, max_new_tokens: int) -> float:
+    text = _texts(llm, generate_ids(llm, [prompt], max_new_tokens, past_key_values=cache))[0]
+    return 0.0 if abstain_api in text else 1.0
+
+
+@torch.inference_mode()
+def consistency(llm: LLM, cache: DynamicCache, prompt: Sequence[int], record: Mapping[str, Any], samples: int,
+                temperature: float, max_new_tokens: int) -> float:
+    """``samples`` continuations of the prompt from one cache repeated in place (not reusable after)."""
+    cache.batch_repeat_interleave(samples)
+    out = generate_ids(llm, [prompt] * samples, max_new_tokens, past_key_values=cache, do_sample=True,
+                       temperature=temperature, top_k=0, top_p=1.0)
+    return agreement([parse_call(t) for t in _texts(llm, out)], record)
 
 
 def source_dir(llm_dir: Path, name: str, settings: Mapping[str, Any], prompt_cfg: Mapping[str, Any]) -> Path:
-    return llm_dir / f"source-{name}-{stable_hash({'settings': dict(settings), 'prompt': dict(prompt_cfg)})}"
+    key = {"settings": dict(settings), "prompt": dict(prompt_cfg), "method": METHOD}
+    return llm_dir / f"source-{name}-{stable_hash(key)}"
 
 
-def compute_source(name: str, cfg: Mapping[str, Any], llm_dir: Path, examples: Mapping[str, Any],
-                   records: list[dict[str, Any]], llm: LLM) -> Path:
-    """Compute one source for every record (resuming finished batches); return its folder."""
-    if name not in SOURCES:
-        raise UserError(f"sources.use lists {name!r}; expected some of {', '.join(SOURCES)}")
-    settings = cfg["sources"][name]
-    out = source_dir(llm_dir, name, settings, cfg["prompt"])
-    out.mkdir(parents=True, exist_ok=True)
-    demos = read_json_if(llm_dir / "demos.json")
-    size = int(settings.get("batch_size", cfg["llm"]["batch_size"]))
-    with FileLock(str(out / ".lock")):
-        for n, lo in enumerate(tqdm(range(0, len(records), size), desc=name, unit="batch")):
-            shard = out / f"shard-{n:05d}.jsonl"
-            if shard.exists():
+def _call_values(llm: LLM, cfg: Mapping[str, Any], prompts: Prompts, names: Sequence[str]) -> dict[str, Any]:
+    """Every named source of one call, from one prefill of the prefix its prompts share."""
+    settings = cfg["sources"]
+    wanted = {"p_true": lambda: prompts.followup(settings["p_true"]["question"]),
+              "verbalized": lambda: prompts.followup(settings["verbalized"]["question"]),
+              "acts": lambda: prompts.with_note(settings["acts"]["instruction"]),
+              "consistency": lambda: prompts.original}
+    variants = {name: wanted[name]() for name in names}
+    start = shared_length(list(variants.values()))
+    shared = prefill(llm, variants[names[0]][:start])
+    values: dict[str, Any] = {}
+    for name in names:
+        cache = shared if name == names[-1] else copy.deepcopy(shared)
+        prompt = variants[name]
+        if name == "p_true":
+            values[name] = p_true(llm, cache, start, prompt)
+        elif name == "verbalized":
+            values[name] = verbalized(llm, cache, prompt, int(settings["verbalized"]["max_new_tokens"]))
+        elif name == "acts":
+            values[name] = acts(llm, cache, prompt, settings["acts"]["abstain_api"], int(settings["acts"]["max_new_tokens"]))
+        else:
+            values[name] = consistency(llm, cache, prompt, prompts.record, int(settings["consistency"]["samples"]),
+                                       float(settings["consistency"]["temperature"]), int(cfg["llm"]["max_new_tokens"]))
+    return values
+
+
+def compute_sources(names: Sequence[str], cfg: Mapping[str, Any], llm_dir: Path, examples: Mapping[str, Any],
+                    demos: Mapping[str, list[str]], records: list[dict[str, Any]], llm: LLM) -> dict[str, Path]:
+    """Compute the named sources for every record (resuming finished batches); return their folders.
+
+    A source whose ``splits`` setting lists splits (self-consistency: k generations per call) is
+    computed for those records only; the others are missing (None).
+    """
+    unknown = [n for n in names if n not in SOURCES]
+    if unknown:
+        raise UserError(f"sources.use lists {unknown}; expected some of {', '.join(SOURCES)}")
+    names = [n for n in ORDER if n in names]
+    folders = {n: source_dir(llm_dir, n, cfg["sources"][n], cfg["prompt"]) for n in names}
+    size = int(cfg["llm"]["batch_size"])
+    with ExitStack() as stack:
+        for folder in folders.values():
+            folder.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(FileLock(str(folder / ".lock")))
+        for n, lo in enumerate(tqdm(range(0, len(records), size), desc=f"sources {'+'.join(names)}", unit="batch")):
+            todo = [name for name in names if not (folders[name] / f"shard-{n:05d}.jsonl").exists()]
+            if not todo:
                 continue
-            batch = records[lo:lo + size]
-            if name == "consistency":
-                prompts = [_original_prompt(llm, examples, demos, r, cfg["prompt"]) for r in batch]
-                values = consistency(llm, prompts, batch, int(settings["samples"]), float(settings["temperature"]),
-                                     int(cfg["llm"]["max_new_tokens"]), int(settings["seed"]) + n)
-            elif name == "acts":
-                prompts = [_original_prompt(llm, examples, demos, r, cfg["prompt"], settings["instruction"])
-                           for r in batch]
-                values = acts(llm, prompts, settings["abstain_api"], int(cfg["llm"]["max_new_tokens"]))
-            else:
-                prompts = [followup_ids(llm, examples[r["id"]], [examples[d] for d in demos[r["id"]][:r["n_demos"]]],
-                                        r["text"], settings["question"], cfg["prompt"]) for r in batch]
-                values = (p_true(llm, prompts) if name == "p_true"
-                          else verbalized(llm, prompts, int(settings["max_new_tokens"])))
-            write_jsonl(shard, [{"id": r["id"], "value": v} for r, v in zip(batch, values)])
-    return out
-
-
-def _original_prompt(llm: LLM, examples: Mapping[str, Any], demos: Mapping[str, list[str]], record: Mapping[str, Any],
-                     prompt_cfg: Mapping[str, Any], extra_instruction: str = "") -> list[int]:
-    """The record's LLM-stage prompt (same demonstrations), optionally with an instruction added to the system turn."""
-    from mice_exp.llm.prompt import encode
-
-    example = examples[record["id"]]
-    kept = [examples[d] for d in demos[record["id"]][:record["n_demos"]]]
-    chat = bool(prompt_cfg.get("chat_template", True)) and llm.has_chat_template
-    system = load_template(prompt_cfg["system"]).strip() + (f"\n\n{extra_instruction}" if extra_instruction else "")
-    return encode(llm.tokenizer, example, kept, load_template(prompt_cfg["template"]), system, chat)
+            torch.manual_seed(int(cfg["sources"]["consistency"]["seed"]) + n)
+            rows: dict[str, list[dict[str, Any]]] = {name: [] for name in todo}
+            for record in records[lo:lo + size]:
+                kept = [examples[d] for d in demos[record["id"]][:record["n_demos"]]]
+                mine = [name for name in todo if record["split"] in (cfg["sources"][name].get("splits") or [record["split"]])]
+                values = _call_values(llm, cfg, Prompts(llm, cfg, examples[record["id"]], kept, record), mine) if mine else {}
+                for name in todo:
+                    rows[name].append({"id": record["id"], "value": values.get(name)})
+            for name in todo:
+                write_jsonl(folders[name] / f"shard-{n:05d}.jsonl", rows[name])
+    return folders
 
 
 def load_source(folder: Path, ids: Sequence[str]) -> np.ndarray:
     """Values aligned with ``ids``; missing answers are NaN."""
     values = {row["id"]: row["value"] for path in sorted(folder.glob("shard-*.jsonl")) for row in read_jsonl(path)}
     return np.array([np.nan if values.get(i) is None else values[i] for i in ids], dtype=np.float64)
+
+
+def stage_sources(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The named sources of every record of an LLM stage or a records file, computed (which loads the
+    LLM) where not cached. A records file's are cached in ``<cache>/llm/<llm>-records-<sha>/`` beside the
+    demonstrations retrieved again for them (each prompt is checked against its record's hash)."""
+    folder = stage.folder or paths.llm / f"{cfg['llm']['name']}-{stage.key}"
+    selection = select_examples(cfg["dataset"], paths)
+    demos = retrieved_demos(folder, cfg, selection.examples, int(cfg["prompt"]["k_demos"]))
+    examples = {e.id: e for e in selection.examples}
+    missing = [r["id"] for r in stage.records if r["id"] not in examples]
+    if missing:
+        raise UserError(f"{len(missing)} records (e.g. {missing[0]}) are not in this run's dataset selection; "
+                        "expected the records' own dataset settings")
+    folders = compute_sources(names, cfg, folder, examples, demos, stage.records, load_llm(cfg["llm"], paths.models))
+    return {name: load_source(folders[name], stage.ids) for name in names}

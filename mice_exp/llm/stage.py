@@ -112,12 +112,14 @@ def run_batch(llm: Any, batch: Sequence[K], examples: Mapping[K, Example], split
     return records, shard_arrays(gens, store_tokens)
 
 
-def _demos(out: Path, cfg: Mapping[str, Any], examples: list[Example], k: int) -> dict[str, list[str]]:
+def retrieved_demos(out: Path, cfg: Mapping[str, Any], examples: list[Example], k: int) -> dict[str, list[str]]:
+    """Each example's k most similar examples' ids, retrieved once and kept in ``out/demos.json``."""
     cached = read_intact(out / "demos.json", read_json)
     if cached is not None:
         return cached
     encoder = SentenceEncoder(cfg["retrieval"]["model"], device=cfg["retrieval"].get("device", "cpu"))
     demos = rank_demos(examples, k, encoder)
+    out.mkdir(parents=True, exist_ok=True)
     write_json(out / "demos.json", demos)
     return demos
 
@@ -161,7 +163,7 @@ def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Pa
     from mice_exp.llm.model import load_llm
 
     examples = {e.id: e for e in selection.examples}
-    demos = _demos(out, cfg, selection.examples, int(cfg["prompt"]["k_demos"]))
+    demos = retrieved_demos(out, cfg, selection.examples, int(cfg["prompt"]["k_demos"]))
     llm = llm or load_llm(cfg["llm"], paths.models)
     budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
     prompts = {i: build_prompt(examples[i], [examples[d] for d in demos[i]], llm.tokenizer, cfg["prompt"], budget)
