@@ -77,6 +77,7 @@ RULES: dict[str, Rule] = {
     "sources.consistency.temperature": POSITIVE,
     "sources.consistency.seed": INTEGER,
     "sources.consistency.splits": SPLITS,
+    "sources.consistency.extra_tokens": (lambda v: v is None or NON_NEGATIVE_INT[0](v), "a non-negative integer or null"),
     "sources.acts.max_new_tokens": POSITIVE_INT,
 }
 

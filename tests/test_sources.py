@@ -40,6 +40,15 @@ def test_consistency_counts_samples_equal_to_the_greedy_call():
     assert agreement(samples, {"pred_api": None, "pred_args": None, "parse_error": "no 'Action:' line"}) == 0.0
 
 
+def test_self_consistency_samples_stop_a_margin_after_the_greedy_call():
+    from mice_exp.llm.sources import sample_budget
+
+    record = {"token_ids": list(range(20))}
+    assert sample_budget(record, {"extra_tokens": 16}, {"max_new_tokens": 96}) == 36
+    assert sample_budget(record, {"extra_tokens": 100}, {"max_new_tokens": 96}) == 96
+    assert sample_budget(record, {"extra_tokens": None}, {"max_new_tokens": 96}) == 96
+
+
 @pytest.fixture(scope="module")
 def stage(tmp_path_factory, tiny_llm):
     tmp = tmp_path_factory.mktemp("sources")

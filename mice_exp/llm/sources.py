@@ -150,6 +150,17 @@ def consistency(llm: LLM, cache: DynamicCache, prompt: Sequence[int], record: Ma
     return agreement([parse_call(t) for t in _texts(llm, out)], record)
 
 
+def sample_budget(record: Mapping[str, Any], settings: Mapping[str, Any], llm_cfg: Mapping[str, Any]) -> int:
+    """New tokens per self-consistency sample: the greedy call's length plus ``extra_tokens``, at most
+    ``llm.max_new_tokens``. Samples at temperature 1 from a small model rarely stop on their own, so the
+    batch ran to the full budget; a sample that agrees with the greedy call is as long as it give or take a
+    few whitespace tokens (on 12 SmolLM2 test calls, 120 samples: at most 2 tokens longer, and every
+    agreement the same with the cap as without; the samples are the same, only cut)."""
+    budget = int(llm_cfg["max_new_tokens"])
+    extra = settings.get("extra_tokens")
+    return budget if extra is None else min(budget, len(record["token_ids"]) + int(extra))
+
+
 def source_dir(llm_dir: Path, name: str, settings: Mapping[str, Any], prompt_cfg: Mapping[str, Any]) -> Path:
     key = {"settings": dict(settings), "prompt": dict(prompt_cfg), "method": METHOD}
     return llm_dir / f"source-{name}-{stable_hash(key)}"
@@ -177,7 +188,8 @@ def _call_values(llm: LLM, cfg: Mapping[str, Any], prompts: Prompts, names: Sequ
             values[name] = acts(llm, cache, prompt, settings["acts"]["abstain_api"], int(settings["acts"]["max_new_tokens"]))
         else:
             values[name] = consistency(llm, cache, prompt, prompts.record, int(settings["consistency"]["samples"]),
-                                       float(settings["consistency"]["temperature"]), int(cfg["llm"]["max_new_tokens"]))
+                                       float(settings["consistency"]["temperature"]),
+                                       sample_budget(prompts.record, settings["consistency"], cfg["llm"]))
     return values
 
 
