@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import mice_exp.llm.sources as sources
-from mice_exp.cache import read_json
+from mice_exp.cache import read_json, stable_hash
 from mice_exp.data import select_examples
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids
@@ -139,6 +139,13 @@ def test_a_records_file_gets_its_sources_without_its_llm_stage(stage, tiny_llm, 
     from_file = read_records_file(with_p_true).sources["p_true"]
     beside = compute_sources(["p_true"], stage.cfg, stage.out, stage.examples, stage.demos, stage.records, tiny_llm)
     assert from_file == pytest.approx(list(load_source(beside["p_true"], [r["id"] for r in stage.records])))
+
+    swapped = read_records_file(plain)  # a near-tie in retrieval ordered the other way on the CPU that wrote them
+    record = swapped.records[0]
+    order = [stage.examples[d] for d in stage.demos[record["id"]][:record["n_demos"]]]
+    assert len(order) == 2
+    record["prompt_hash"] = stable_hash(Prompts(tiny_llm, cfg, stage.examples[record["id"]], order[::-1], {}).original)
+    assert Prompts(tiny_llm, cfg, stage.examples[record["id"]], order, record).demos == order[::-1]
 
     tampered = read_records_file(plain)
     tampered.records[0]["prompt_hash"] = "0" * 16
