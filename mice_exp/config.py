@@ -58,6 +58,7 @@ RULES: dict[str, Rule] = {
     "prompt.k_demos": NON_NEGATIVE_INT,
     "dataset.seed": INTEGER,
     "dataset.max_apis": OPTIONAL_POSITIVE_INT,
+    "dataset.max_per_api": OPTIONAL_POSITIVE_INT,
     "features.components": POSITIVE_INT,
     "features.encoder.batch_size": POSITIVE_INT,
     "features.encoder.num_layers": POSITIVE_INT,

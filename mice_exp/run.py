@@ -35,6 +35,9 @@ def label_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return counts
 
 
+MAX_APIS_LISTED = 10  # accuracy per API is printed up to this many APIs
+
+
 def llm_summary(name: str, records: list[dict[str, Any]]) -> str:
     total = len(records)
     correct = sum(r["label"] for r in records)
@@ -42,6 +45,11 @@ def llm_summary(name: str, records: list[dict[str, Any]]) -> str:
     for split, c in sorted(label_counts(records).items()):
         lines.append(f"  {split:<10} correct {c['correct']:>4}  incorrect {c['incorrect']:>4}  "
                      f"(unparseable {c['parse_errors']})")
+    apis = sorted({r["api"] for r in records})
+    if len(apis) <= MAX_APIS_LISTED:  # BFCL's categories: is each one worth a full run?
+        for api in apis:
+            labels = [r["label"] for r in records if r["api"] == api]
+            lines.append(f"  {api}: {sum(labels)}/{len(labels)} correct (accuracy {sum(labels) / len(labels):.3f})")
     return "\n".join(lines)
 
 

@@ -221,6 +221,14 @@ def test_load_dataset_dispatches_and_selects_apis(tmp_path: Path) -> None:
     assert sorted({e.api for e in ste}) == ["BART%%Advisory information", "Car database%%Makes"]
 
 
+def test_a_first_look_at_each_bfcl_category_keeps_its_first_calls(tmp_path: Path) -> None:
+    cfg = dataset_cfg("bfcl", categories=["simple_python", "multiple"])
+    first = load_dataset(cfg | {"max_per_api": 5}, ROOT, tmp_path)
+    every = load_dataset(cfg, ROOT, tmp_path)
+    for category in ("simple_python", "multiple"):
+        assert [e.id for e in first if e.api == category] == [e.id for e in every if e.api == category][:5]
+
+
 def test_load_dataset_config_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"dataset\.path is not set"):
         load_dataset(OmegaConf.load(ROOT / "conf" / "dataset" / "jsonl.yaml"), ROOT, tmp_path)

@@ -85,6 +85,14 @@ def test_bad_split_counts(counts: dict, message: str) -> None:
         assign_splits(EXAMPLES, counts, seed=0)
 
 
+def test_the_first_examples_of_each_api_in_the_data_sets_order() -> None:
+    kept = select_apis(EXAMPLES, None, None, max_per_api=2)
+    assert Counter(e.api for e in kept) == {api: min(2, n) for api, n in Counter(e.api for e in EXAMPLES).items()}
+    assert [e.id for e in kept if e.api == "big"] == [e.id for e in EXAMPLES if e.api == "big"][:2]
+    with pytest.raises(UserError, match="max_per_api=0"):
+        select_apis(EXAMPLES, None, None, max_per_api=0)
+
+
 def test_select_apis() -> None:
     assert {e.api for e in select_apis(EXAMPLES, None, None)} == {e.api for e in EXAMPLES}
     assert [e.api for e in select_apis(EXAMPLES, ["small"], None)] == ["small"] * 7

@@ -82,3 +82,13 @@ def test_estimator_settings_do_not_change_the_key(finished):
     assert stage.stage_dir(other, paths_in(cache), selection)[0] != finished
 
 
+
+
+def test_max_per_api_changes_the_key_only_when_set(finished):
+    """Caches written before ``dataset.max_per_api`` existed keep their key while it is null."""
+    cfg = tiny_cfg()
+    without = {**cfg, "dataset": {k: v for k, v in cfg["dataset"].items() if k != "max_per_api"}}
+    selection = select_examples(cfg["dataset"], paths_in(finished.parent.parent))
+    assert stage.stage_key(cfg, selection, "cpu") == stage.stage_key(without, selection, "cpu")
+    limited = {**cfg, "dataset": {**cfg["dataset"], "max_per_api": 2}}
+    assert stage.stage_key(limited, selection, "cpu") != stage.stage_key(cfg, selection, "cpu")

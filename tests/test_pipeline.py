@@ -111,3 +111,14 @@ def test_hidden_state_baselines_run_end_to_end_as_the_estimator_and_as_reference
     assert info.info.status == "FINISHED" and info.data.tags["estimator"] == "probe_best_layer"
     for key in ("auc_etcu", "prr", "aurc", "baseline.probe_last.smece", "baseline.mahalanobis.auc_etcu"):
         assert key in info.data.metrics
+
+
+def test_the_llm_summary_gives_each_categorys_accuracy_when_there_are_few():
+    from mice_exp.run import llm_summary
+
+    records = [{"api": api, "label": label, "split": "test", "parse_error": None}
+               for api, label in [("simple_python", 1), ("simple_python", 0), ("multiple", 0), ("multiple", 0)]]
+    summary = llm_summary("SmolLM2-135M", records)
+    assert "simple_python: 1/2 correct (accuracy 0.500)" in summary and "multiple: 0/2 correct" in summary
+    many = [{**r, "api": f"api{i}"} for i, r in enumerate(records * 3)]
+    assert "api0:" not in llm_summary("SmolLM2-135M", many)

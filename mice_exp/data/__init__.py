@@ -26,7 +26,8 @@ DATASETS = ("bfcl", "jsonl", "ste")
 
 
 def load_dataset(cfg: Mapping[str, Any], project_root: Path, cache_dir: Path) -> list[Example]:
-    """Load the data set named by ``cfg["name"]``, restricted to ``cfg["apis"]`` / ``cfg["max_apis"]``.
+    """Load the data set named by ``cfg["name"]``, restricted to ``cfg["apis"]`` / ``cfg["max_apis"]`` /
+    ``cfg["max_per_api"]``.
 
     Relative paths in the config are relative to ``project_root``; downloads go to
     ``cache_dir``.
@@ -45,7 +46,7 @@ def load_dataset(cfg: Mapping[str, Any], project_root: Path, cache_dir: Path) ->
     else:
         raise UserError(f"dataset.name={name!r}: expected one of {list(DATASETS)}")
     expect(bool(examples), f"{source}: no examples; expected at least one tool call")
-    return select_apis(examples, cfg.get("apis"), cfg.get("max_apis"))
+    return select_apis(examples, cfg.get("apis"), cfg.get("max_apis"), cfg.get("max_per_api"))
 
 
 def _get(cfg: Mapping[str, Any], key: str) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -83,8 +84,10 @@ def _hash(seed: int, text: str) -> bytes:
     return hashlib.sha256(f"{seed}\0{text}".encode()).digest()
 
 
-def select_apis(examples: Sequence[Example], apis: Sequence[str] | None, max_apis: int | None) -> list[Example]:
-    """Keep the examples of ``apis`` (None: all), then of the first ``max_apis`` in sorted order."""
+def select_apis(examples: Sequence[Example], apis: Sequence[str] | None, max_apis: int | None,
+                max_per_api: int | None = None) -> list[Example]:
+    """Keep the examples of ``apis`` (None: all), then of the first ``max_apis`` in sorted order, then the
+    first ``max_per_api`` of each in the data set's order (a quick accuracy probe of a large category)."""
     available = sorted({e.api for e in examples})
     chosen = available
     if apis is not None:
@@ -102,7 +105,18 @@ def select_apis(examples: Sequence[Example], apis: Sequence[str] | None, max_api
             raise UserError(f"dataset.max_apis={max_apis!r}: expected a positive integer or null for all")
         chosen = chosen[:max_apis]
     keep = set(chosen)
-    return [e for e in examples if e.api in keep]
+    kept = [e for e in examples if e.api in keep]
+    if max_per_api is None:
+        return kept
+    if isinstance(max_per_api, bool) or not isinstance(max_per_api, int) or max_per_api < 1:
+        raise UserError(f"dataset.max_per_api={max_per_api!r}: expected a positive integer or null for all")
+    seen: Counter[str] = Counter()
+    first = []
+    for example in kept:
+        seen[example.api] += 1
+        if seen[example.api] <= max_per_api:
+            first.append(example)
+    return first
 
 
 def loao_folds(apis: Sequence[str], splits: Sequence[str]) -> list[Fold]:

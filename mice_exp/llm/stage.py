@@ -44,7 +44,9 @@ def stage_key(cfg: Mapping[str, Any], selection: Selection, device: str) -> dict
     """Everything that changes the stage's output, and nothing else."""
     return {
         "version": STAGE_VERSION,
-        "dataset": {k: v for k, v in cfg["dataset"].items() if k not in ("path", "url")},
+        # max_per_api only when set: caches written before it existed keep their keys
+        "dataset": {k: v for k, v in cfg["dataset"].items()
+                    if k not in ("path", "url") and not (k == "max_per_api" and v is None)},
         "examples": stable_hash([(e.id, e.query, e.tools, e.demo) for e in selection.examples]),
         "splits": stable_hash(sorted(selection.splits.items())),
         "retrieval": dict(cfg["retrieval"]),
