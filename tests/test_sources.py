@@ -137,6 +137,7 @@ def test_a_records_file_gets_its_sources_without_its_llm_stage(stage, tiny_llm, 
     cfg = {**cfg, "llm": {**cfg["llm"], "records": str(plain)}, "sources": {**cfg["sources"], "use": ["p_true"]}}
     with_p_true = publish_records(cfg, tmp_path / "with.jsonl.gz")
     from_file = read_records_file(with_p_true).sources["p_true"]
+    assert read_records_file(with_p_true).key == read_records_file(plain).key  # its BERTScore cache still serves
     beside = compute_sources(["p_true"], stage.cfg, stage.out, stage.examples, stage.demos, stage.records, tiny_llm)
     assert from_file == pytest.approx(list(load_source(beside["p_true"], [r["id"] for r in stage.records])))
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from mice_exp.cache import file_sha256, read_json_if, read_jsonl, read_npz
+from mice_exp.cache import read_json_if, read_jsonl, read_npz, stable_hash
 from mice_exp.errors import UserError
 
 FORMAT = "mice_exp.records"
@@ -143,4 +143,6 @@ def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[st
             raise UserError(f"llm.records={path}: {missing} records lack {name!r}, which this run needs")
     sources = {name: [r.get("sources", {}).get(name) for r in records] for name in header.get("sources", [])}
     info = {k: header[k] for k in ("n_layers", "hidden_size", "llm", "dataset") if k in header} | summarise(records)
-    return StageOutput(records=records, info=info, key=f"records-{file_sha256(path)[:16]}", sources=sources)
+    # keyed by the records without their sources: adding a source to a file keeps its BERTScore cache
+    key = f"records-{stable_hash([{k: v for k, v in r.items() if k != 'sources'} for r in records])}"
+    return StageOutput(records=records, info=info, key=key, sources=sources)
