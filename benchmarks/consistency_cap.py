@@ -1,43 +1,64 @@
 """Self-consistency samples cut at the greedy call's length + 16 tokens: does any agreement change?
 
-The same samples (one seed) are scored uncut and cut, so only a sample that agrees with the greedy
-call yet runs over the cap could change a value. `python benchmarks/consistency_cap.py smollm2_135m 12`
-(12 test calls, 10 samples each at temperature 1; output in the README).
+The same samples (one seed, the full budget of ``llm.max_new_tokens``) are scored uncut and cut, so
+only a sample that agrees with the greedy call yet runs over the cap could change a value. Prints each
+call's greedy length, how far its batch of samples ran, both agreements, and how much longer than the
+greedy call the agreeing samples were.
+
+    python benchmarks/consistency_cap.py smollm2_135m 12
 """
-import sys, tempfile, time
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
 from pathlib import Path
+
 import torch
+
 from mice_exp.compose import as_plain, compose_config
-from mice_exp.paths import paths_from
-from mice_exp.llm.records import read_records_file
-from mice_exp.llm.sources import Prompts, prefill, agreement, shared_length
-from mice_exp.llm.capture import generate_ids, truncate
-from mice_exp.llm.stage import retrieved_demos
-from mice_exp.llm.model import load_llm
-from mice_exp.llm.toolcall import parse_call
 from mice_exp.data import select_examples
-L, n = sys.argv[1], int(sys.argv[2])
-cfg = as_plain(compose_config([f"llm={L}", "+experiment=action_belief"]))
-paths = paths_from(cfg["paths"])
-stage = read_records_file(Path(f"experiments/records/ste-{L}.jsonl.gz"), "ste")
-sel = select_examples(cfg["dataset"], paths); ex = {e.id: e for e in sel.examples}
-demos = retrieved_demos(Path(tempfile.mkdtemp()), cfg, sel.examples, 8)
-llm = load_llm(cfg["llm"], paths.models)
-torch.manual_seed(0)
-tests = [r for r in stage.records if r["split"] == "test"]
-recs = tests[::len(tests) // n][:n]
-diff = agree_long = total = 0; lens = []
-t = time.time()
-for r in recs:
-    p = Prompts(llm, cfg, ex[r["id"]], [ex[d] for d in demos[r["id"]][:r["n_demos"]]], r)
-    cache = prefill(llm, p.original[:-1]); cache.batch_repeat_interleave(10)
-    out = generate_ids(llm, [p.original] * 10, 96, past_key_values=cache, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
-    cap = len(r["token_ids"]) + 16
-    full = [parse_call(truncate(llm.tokenizer, row.tolist(), llm.eos_ids())[2]) for row in out]
-    cut = [parse_call(truncate(llm.tokenizer, row[:cap].tolist(), llm.eos_ids())[2]) for row in out]
-    a, b = agreement(full, r), agreement(cut, r)
-    kept = [len(truncate(llm.tokenizer, row.tolist(), llm.eos_ids())[0]) for row in out]
-    lens += [k - len(r["token_ids"]) for k, c in zip(kept, full) if r["parse_error"] is None and (c.api, c.args) == (r["pred_api"], r["pred_args"])]
-    diff += a != b; total += 1
-    print(r["id"], len(r["token_ids"]), out.shape[1], f"{a:.1f} {b:.1f}", flush=True)
-print(f"{total} calls, {diff} with a different agreement; agreeing samples' length - greedy length: {sorted(set(lens))}; {time.time()-t:.0f}s")
+from mice_exp.llm.capture import generate_ids, truncate
+from mice_exp.llm.model import load_llm
+from mice_exp.llm.records import read_records_file
+from mice_exp.llm.sources import Prompts, agreement, prefill
+from mice_exp.llm.stage import retrieved_demos
+from mice_exp.llm.toolcall import parse_call
+from mice_exp.paths import paths_from
+
+
+def main(llm_name: str, n: int) -> None:
+    cfg = as_plain(compose_config([f"llm={llm_name}", "+experiment=action_belief"]))
+    settings, budget = cfg["sources"]["consistency"], int(cfg["llm"]["max_new_tokens"])
+    paths = paths_from(cfg["paths"])
+    stage = read_records_file(paths.root / "experiments" / "records" / f"ste-{llm_name}.jsonl.gz", "ste")
+    selection = select_examples(cfg["dataset"], paths)
+    examples = {e.id: e for e in selection.examples}
+    demos = retrieved_demos(Path(tempfile.mkdtemp()), cfg, selection.examples, int(cfg["prompt"]["k_demos"]))
+    llm = load_llm(cfg["llm"], paths.models)
+    torch.manual_seed(int(settings["seed"]))
+    tests = [r for r in stage.records if r["split"] == "test"]
+    changed, longer, start = 0, [], time.time()
+    for record in tests[:: max(1, len(tests) // n)][:n]:
+        kept = [examples[d] for d in demos[record["id"]][:record["n_demos"]]]
+        prompt = Prompts(llm, cfg, examples[record["id"]], kept, record).original
+        cache = prefill(llm, prompt[:-1])
+        cache.batch_repeat_interleave(int(settings["samples"]))
+        out = generate_ids(llm, [prompt] * int(settings["samples"]), budget, past_key_values=cache, do_sample=True,
+                           temperature=float(settings["temperature"]), top_k=0, top_p=1.0)
+        cap = len(record["token_ids"]) + int(settings["extra_tokens"])
+        full = [truncate(llm.tokenizer, row.tolist(), llm.eos_ids()) for row in out]
+        cut = [parse_call(truncate(llm.tokenizer, row[:cap].tolist(), llm.eos_ids())[2]) for row in out]
+        calls = [parse_call(text) for _, _, text in full]
+        uncut_value, cut_value = agreement(calls, record), agreement(cut, record)
+        changed += uncut_value != cut_value
+        longer += [len(ids) - len(record["token_ids"]) for (ids, _, _), call in zip(full, calls)
+                   if agreement([call], record) == 1.0]
+        print(record["id"], len(record["token_ids"]), out.shape[1], f"{uncut_value:.1f} {cut_value:.1f}", flush=True)
+    print(f"{n} calls, {changed} with a different agreement; agreeing samples' length - greedy length: "
+          f"{sorted(set(longer))}; {time.time() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
