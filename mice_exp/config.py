@@ -41,8 +41,10 @@ OPTIONAL_POSITIVE_INT: Rule = (lambda v: v is None or POSITIVE_INT[0](v), "a pos
 SIZES: Rule = (lambda v: isinstance(v, list) and bool(v) and all(POSITIVE_INT[0](s) for s in v),
                "a non-empty list of positive integers")
 
-SPLITS: Rule = (lambda v: v is None or (isinstance(v, list) and bool(v) and set(v) <= {"train", "validation", "test"}),
-                "null or a non-empty list of train, validation, test")
+OPTIONAL_NON_NEGATIVE_INT: Rule = (lambda v: v is None or NON_NEGATIVE_INT[0](v), "a non-negative integer or null")
+SPLIT_NAMES = ("train", "validation", "test")  # data.splits.SPLIT_NAMES; importing it would load every data loader
+SPLITS: Rule = (lambda v: v is None or (isinstance(v, list) and bool(v) and set(v) <= set(SPLIT_NAMES)),
+                f"null or a non-empty list of {', '.join(SPLIT_NAMES)}")
 
 #: Dotted key -> rule; a key absent from the composed config (another group's option) is skipped.
 RULES: dict[str, Rule] = {
@@ -78,7 +80,7 @@ RULES: dict[str, Rule] = {
     "sources.consistency.temperature": POSITIVE,
     "sources.consistency.seed": INTEGER,
     "sources.consistency.splits": SPLITS,
-    "sources.consistency.extra_tokens": (lambda v: v is None or NON_NEGATIVE_INT[0](v), "a non-negative integer or null"),
+    "sources.consistency.extra_tokens": OPTIONAL_NON_NEGATIVE_INT,
     "sources.acts.max_new_tokens": POSITIVE_INT,
 }
 

@@ -42,3 +42,10 @@ def test_each_preset_runs_the_full_data_set_unless_scaled_down(path):
     full = compose_config([f"+experiment={path.stem}"])
     small = compose_config([f"+experiment={path.stem}", "+scale=small"])
     assert full.dataset.max_apis is None and small.dataset.max_apis == 3
+
+
+def test_the_split_names_a_config_may_list_are_the_data_sets():
+    from mice_exp import config
+    from mice_exp.data import splits
+
+    assert config.SPLIT_NAMES == splits.SPLIT_NAMES

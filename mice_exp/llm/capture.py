@@ -141,11 +141,6 @@ def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.devic
     return ids.to(device), mask.to(device)
 
 
-def left_pad(prompts: Sequence[Sequence[int]], llm: LLM) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ids and attention mask of a batch of prompts, on the model's device."""
-    return _left_pad(prompts, llm.tokenizer.pad_token_id, llm.device)
-
-
 def generate_ids(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int, past_key_values: Any = None,
                  **sampling) -> torch.Tensor:
     """Generated ids (prompt removed) under the tool-call stopping rule; greedy unless ``sampling`` says otherwise.
@@ -161,21 +156,6 @@ def generate_ids(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int
     out = llm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stop,
                              past_key_values=past_key_values)
     return out[:, ids.shape[1]:]
-
-
-@torch.inference_mode()
-def sample_ids(llm: LLM, prompt: Sequence[int], samples: int, max_new_tokens: int, **sampling) -> torch.Tensor:
-    """``samples`` continuations of one prompt that share one prefill.
-
-    generate's ``num_return_sequences`` would encode the prompt once per sample; on an 8-shot
-    prompt that is k times the cost of the call itself. Here the prompt (all but its last token,
-    which generate feeds to produce the first logits) is encoded once, its cache repeated k times.
-    """
-    ids = torch.tensor([list(prompt)], device=llm.device)
-    cache = DynamicCache(config=llm.model.config)
-    llm.model(input_ids=ids[:, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
-    cache.batch_repeat_interleave(samples)
-    return generate_ids(llm, [prompt] * samples, max_new_tokens, past_key_values=cache, **sampling)
 
 
 def truncate(tokenizer, ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int], list[tuple[int, int]], str]:
