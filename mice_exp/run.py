@@ -104,18 +104,28 @@ def _diagnose_field(cfg: dict[str, Any], estimator, fs, tracker) -> dict[str, fl
 
 
 def load_stage(cfg: dict[str, Any], paths: Paths) -> StageOutput:
-    """The LLM stage's output: from a published records file (``llm.records``, no LLM loaded) or
-    computed / resumed / reused from its cache."""
+    """The LLM stage's output: from a published records file (``llm.records``: no LLM loaded unless a
+    view or estimator reads hidden states, which are then replayed) or computed / resumed / reused from
+    its cache."""
     if cfg["llm"].get("records"):
         from mice_exp.paths import resolve
 
         from mice_exp.features import make_view
 
         needs = make_view(cfg["features"]).record_fields
-        return read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"], needs)
+        stage = read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"], needs)
+        stage.replay = lambda: _replayed(cfg, paths, stage)
+        return stage
     from mice_exp.llm.stage import run_llm_stage
 
     return read_stage(run_llm_stage(cfg, paths))
+
+
+def _replayed(cfg: dict[str, Any], paths: Paths, stage: StageOutput) -> dict[str, np.ndarray]:
+    """A records file's hidden states, replayed by its LLM when a view or estimator first reads them."""
+    from mice_exp.llm.replay import replay_activations
+
+    return replay_activations(cfg, paths, stage)
 
 
 def confidence_sources(cfg: dict[str, Any], paths: Paths, stage: StageOutput) -> dict[str, np.ndarray]:

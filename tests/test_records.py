@@ -18,7 +18,7 @@ from mice_exp.llm.publish import publish_records
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.stage import run_llm_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
-from tests.test_llm_stage import tiny_cfg
+from tests.test_llm_stage import FIXTURE, tiny_cfg
 
 
 @pytest.fixture(scope="module")
@@ -104,13 +104,45 @@ def test_a_run_from_records_loads_no_llm(published, tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "6"
 
 
-def test_a_hidden_state_probe_on_a_records_file_is_one_line(published, tmp_path):
+def _replay_cfg(published, cache: Path, **llm) -> dict:
+    cfg = tiny_cfg() | {"paths": {"root": str(PACKAGE_ROOT), "cache": str(cache)}}
+    return cfg | {"llm": cfg["llm"] | {"records": str(published[1])} | llm}
+
+
+def test_hidden_states_replayed_for_a_records_file_equal_the_stages(published, tmp_path, monkeypatch):
+    """One teacher-forced forward per call gives the states the stage captured while generating."""
+    from mice_exp.llm import replay
+
+    out, path = published
+    cfg = _replay_cfg(published, tmp_path)
+    replayed = replay.replay_activations(cfg, Paths(root=PACKAGE_ROOT, cache=tmp_path), read_records_file(path))
+    for name in ("first_token", "last_token", "mean_pool"):
+        captured = read_stage(out).arrays(name)
+        assert replayed[name].shape == captured.shape
+        # batched KV-cached decoding vs one pass: float rounding only
+        np.testing.assert_allclose(replayed[name], captured, rtol=1e-4, atol=1e-4 * np.abs(captured).max())
+    monkeypatch.setattr(replay, "load_llm", lambda *a: pytest.fail("replayed states are cached"))
+    again = replay.replay_activations(cfg, Paths(root=PACKAGE_ROOT, cache=tmp_path), read_records_file(path))
+    np.testing.assert_array_equal(again["mean_pool"], replayed["mean_pool"])
+
+
+def test_a_hidden_state_probe_runs_on_a_records_file(published, tmp_path):
     from mice_exp.run import run
 
-    with pytest.raises(UserError, match="last_token hidden states are not in a records file") as error:
-        run(compose_config(["llm=tiny_random", f"llm.records={published[1]}", "features=conf_only",
-                            "estimator=probe_last", "tracking.enabled=false", "permutations=0", "gate.save=false",
-                            f"paths.cache={tmp_path}"]))
+    out = run(compose_config(["llm=tiny_random", f"llm.records={published[1]}", "features=conf_only",
+                              "estimator=probe_last", "tracking.enabled=false", "permutations=0", "gate.save=false",
+                              f"paths.cache={tmp_path}", f"dataset.path={FIXTURE}", "llm.batch_size=2",
+                              "llm.max_new_tokens=6", "prompt.k_demos=2"]))
+    assert out["llm_examples"] == 6 and np.isfinite(out["objective"])
+    assert list(tmp_path.glob("llm/tiny_random-records-*/activations-*/shard-*.npz"))
+
+
+def test_states_are_replayed_only_by_the_llm_that_wrote_the_records(published, tmp_path):
+    from mice_exp.llm.replay import replay_activations
+
+    cfg = _replay_cfg(published, tmp_path, name="smollm2_135m")
+    with pytest.raises(UserError, match="written by tiny_random, not llm=smollm2_135m") as error:
+        replay_activations(cfg, Paths(root=PACKAGE_ROOT, cache=tmp_path), read_records_file(published[1]))
     assert "\n" not in str(error.value)
 
 

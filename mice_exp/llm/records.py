@@ -13,7 +13,7 @@ import json
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -39,7 +39,8 @@ class StageOutput:
 
     ``key`` names the output for downstream caches (the stage folder's name, or the records
     file's content hash); arrays come from ``folder`` (a stage cache) or ``pooled`` (in memory, as
-    the gate holds them); a records file has neither.
+    the gate holds them); a records file has neither, but a run may give it ``replay``, called the
+    first time an array is read (:func:`mice_exp.llm.replay.replay_activations`: it loads the LLM).
     """
 
     records: list[dict[str, Any]]
@@ -48,6 +49,7 @@ class StageOutput:
     folder: Path | None = None
     pooled: dict[str, np.ndarray] | None = None
     sources: dict[str, list[Any]] = field(default_factory=dict)  # per-record values stored with the records
+    replay: Callable[[], dict[str, np.ndarray]] | None = None
 
     @property
     def ids(self) -> list[str]:
@@ -61,6 +63,8 @@ class StageOutput:
         """A pooled array [N, L, d] aligned with the records (stage caches only)."""
         if name not in ARRAYS:
             raise UserError(f"LLM-stage array {name!r}; expected one of {', '.join(ARRAYS)}")
+        if self.pooled is None and self.folder is None and self.replay is not None:
+            self.pooled = self.replay()
         if self.pooled is not None:
             return self.pooled[name]
         if self.folder is None:

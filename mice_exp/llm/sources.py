@@ -229,9 +229,8 @@ def compute_sources(names: Sequence[str], cfg: Mapping[str, Any], llm_dir: Path,
             torch.manual_seed(int(cfg["sources"]["consistency"]["seed"]) + n)
             rows: dict[str, list[dict[str, Any]]] = {name: [] for name in todo}
             for record in records[lo:lo + size]:
-                kept = [examples[d] for d in demos[record["id"]][:record["n_demos"]]]
                 mine = [name for name in todo if record["split"] in (cfg["sources"][name].get("splits") or [record["split"]])]
-                values = _call_values(llm, cfg, Prompts(llm, cfg, examples[record["id"]], kept, record), mine) if mine else {}
+                values = _call_values(llm, cfg, record_prompts(llm, cfg, examples, demos, record), mine) if mine else {}
                 for name in todo:
                     rows[name].append({"id": record["id"], "value": values.get(name)})
             for name in todo:
@@ -245,10 +244,12 @@ def load_source(folder: Path, ids: Sequence[str]) -> np.ndarray:
     return np.array([np.nan if values.get(i) is None else values[i] for i in ids], dtype=np.float64)
 
 
-def stage_sources(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """The named sources of every record of an LLM stage or a records file, computed (which loads the
-    LLM) where not cached. A records file's are cached in ``<cache>/llm/<llm>-records-<sha>/`` beside the
-    demonstrations retrieved again for them (each prompt is checked against its record's hash)."""
+def records_context(cfg: Mapping[str, Any], paths: Paths,
+                    stage: StageOutput) -> tuple[Path, dict[str, Any], dict[str, list[str]]]:
+    """Where a stage's derived caches live, its examples by id and each one's retrieved demonstrations.
+
+    A records file's folder is ``<cache>/llm/<llm>-records-<sha>/``, with the demonstrations retrieved
+    again there (each rebuilt prompt is then checked against its record's hash, :class:`Prompts`)."""
     folder = stage.folder or paths.llm / f"{cfg['llm']['name']}-{stage.key}"
     selection = select_examples(cfg["dataset"], paths)
     demos = retrieved_demos(folder, cfg, selection.examples, int(cfg["prompt"]["k_demos"]))
@@ -257,5 +258,20 @@ def stage_sources(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput, name
     if missing:
         raise UserError(f"{len(missing)} records (e.g. {missing[0]}) are not in this run's dataset selection; "
                         "expected the records' own dataset settings")
+    return folder, examples, demos
+
+
+def record_prompts(llm: LLM, cfg: Mapping[str, Any], examples: Mapping[str, Any], demos: Mapping[str, list[str]],
+                   record: Mapping[str, Any]) -> Prompts:
+    """The prompts of one record, with the demonstrations its prompt kept (``n_demos``)."""
+    kept = [examples[d] for d in demos[record["id"]][:record["n_demos"]]]
+    return Prompts(llm, cfg, examples[record["id"]], kept, record)
+
+
+def stage_sources(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The named sources of every record of an LLM stage or a records file, computed (which loads the
+    LLM) where not cached. A records file's are cached in ``<cache>/llm/<llm>-records-<sha>/`` beside the
+    demonstrations retrieved again for them (each prompt is checked against its record's hash)."""
+    folder, examples, demos = records_context(cfg, paths, stage)
     folders = compute_sources(names, cfg, folder, examples, demos, stage.records, load_llm(cfg["llm"], paths.models))
     return {name: load_source(folders[name], stage.ids) for name in names}

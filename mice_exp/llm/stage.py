@@ -83,16 +83,16 @@ def make_record(example: Example, split: str, prompt: Prompt, gen: Generation, l
     }
 
 
-def shard_arrays(gens: Sequence[Generation], store_tokens: bool) -> dict[str, np.ndarray]:
-    """Per-call pooled states of a batch (and every token's states when asked)."""
+def shard_arrays(states: Sequence[np.ndarray], store_tokens: bool) -> dict[str, np.ndarray]:
+    """Per-call pooled states [B, L, d] of a batch's per-token states [T, L, d] (and every token's when asked)."""
     arrays = {
-        "mean_pool": np.stack([g.states.mean(axis=0) for g in gens]).astype(np.float32),
-        "last_token": np.stack([g.states[-1] for g in gens]).astype(np.float32),
-        "first_token": np.stack([g.states[0] for g in gens]).astype(np.float32),
+        "mean_pool": np.stack([s.mean(axis=0) for s in states]).astype(np.float32),
+        "last_token": np.stack([s[-1] for s in states]).astype(np.float32),
+        "first_token": np.stack([s[0] for s in states]).astype(np.float32),
     }
     if store_tokens:
-        arrays["token_states"] = np.concatenate([g.states for g in gens]).astype(np.float32)
-        arrays["token_counts"] = np.array([len(g.states) for g in gens], dtype=np.int64)
+        arrays["token_states"] = np.concatenate(states).astype(np.float32)
+        arrays["token_counts"] = np.array([len(s) for s in states], dtype=np.int64)
     return arrays
 
 
@@ -111,7 +111,7 @@ def run_batch(llm: Any, batch: Sequence[K], examples: Mapping[K, Example], split
     lens_text = [llm.tokenizer.batch_decode(g.lens_ids.tolist(), skip_special_tokens=True,
                                             clean_up_tokenization_spaces=False) for g in gens]
     records = [make_record(examples[i], splits[i], prompts[i], g, t) for i, g, t in zip(batch, gens, lens_text)]
-    return records, shard_arrays(gens, store_tokens)
+    return records, shard_arrays([g.states for g in gens], store_tokens)
 
 
 def retrieved_demos(out: Path, cfg: Mapping[str, Any], examples: list[Example], k: int) -> dict[str, list[str]]:

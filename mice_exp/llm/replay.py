@@ -1,0 +1,89 @@
+"""Hidden states for a published records file, replayed with one teacher-forced forward per call.
+
+A records file keeps no activations (far too large), so a view or estimator that reads them from
+``llm.records`` gets them here: each call's prompt is rebuilt (and checked against its record's
+hash), its recorded tokens are appended, and one forward pass captures every layer at the positions
+the LLM stage captured at (the ones that predicted each generated token). Same tokens, same positions:
+the stage's own states up to float rounding (one pass instead of batched, KV-cached decoding), at the
+cost of a prefill -- no decoding loop, no logit lens. Kept in
+``<cache>/llm/<llm>-records-<sha>/activations-<key>/shard-NNNNN.npz``; an interrupted replay resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from filelock import FileLock
+from tqdm.auto import tqdm
+
+from mice_exp.cache import read_npz, stable_hash, write_npz
+from mice_exp.errors import UserError
+from mice_exp.llm.model import LLM, load_llm
+from mice_exp.llm.precision import resolve_dtype
+from mice_exp.llm.records import ARRAYS, StageOutput
+from mice_exp.llm.sources import record_prompts, records_context
+from mice_exp.llm.stage import shard_arrays
+from mice_exp.paths import Paths
+
+METHOD = "teacher-forced-1"  # how states are replayed; part of their cache key
+log = logging.getLogger(__name__)
+
+
+@torch.inference_mode()
+def replay_states(llm: LLM, prompt: Sequence[int], generated: Sequence[int]) -> np.ndarray:
+    """[max(T,1), L, d]: every layer's output (pre-norm) at the positions that predicted each of the T
+    generated tokens, as :func:`mice_exp.llm.capture.generate_batch` records them (an empty generation
+    keeps the prompt's last position)."""
+    n = max(len(generated), 1)
+    captured: list[torch.Tensor | None] = [None] * llm.n_layers
+
+    def hook(index: int):
+        def keep(module, args, output):
+            hidden = output[0] if isinstance(output, tuple) else output
+            captured[index] = hidden[0, len(prompt) - 1:].float()
+        return keep
+
+    handles = [layer.register_forward_hook(hook(i)) for i, layer in enumerate(llm.layers)]
+    try:
+        ids = torch.tensor([list(prompt) + list(generated[:n - 1])], device=llm.device)
+        llm.model(input_ids=ids, use_cache=False, logits_to_keep=1)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return torch.stack(captured, dim=1).cpu().numpy()
+
+
+def replay_activations(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput) -> dict[str, np.ndarray]:
+    """The pooled states (:data:`~mice_exp.llm.records.ARRAYS`, each [N, L, d]) of every record of a
+    records file, replayed where not cached (which loads the LLM)."""
+    llm_cfg = cfg["llm"]
+    wrote = stage.info.get("llm")
+    if wrote is not None and wrote != llm_cfg["name"]:
+        raise UserError(f"llm.records={llm_cfg.get('records')} was written by {wrote}, not llm={llm_cfg['name']}; "
+                        f"its hidden states can only be replayed by the LLM that generated it (expected llm={wrote})")
+    folder, examples, demos = records_context(cfg, paths, stage)
+    key = {"method": METHOD, "prompt": dict(cfg["prompt"]), "source": llm_cfg["source"],
+           "dtype": resolve_dtype(llm_cfg.get("dtype", "float32"), llm_cfg.get("device", "cpu"))}
+    out = folder / f"activations-{stable_hash(key)}"
+    size = int(llm_cfg["batch_size"])
+    groups = [stage.records[lo:lo + size] for lo in range(0, len(stage.records), size)]
+    out.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out / ".lock")):
+        todo = [n for n in range(len(groups)) if not (out / f"shard-{n:05d}.npz").exists()]
+        if todo:
+            log.info("%s keeps no activations: replaying %d calls with %s into %s", llm_cfg.get("records"),
+                     sum(len(groups[n]) for n in todo), llm_cfg["name"], out)
+            llm = load_llm(llm_cfg, paths.models)
+            bar = tqdm(total=len(stage.records), initial=len(stage.records) - sum(len(groups[n]) for n in todo),
+                       desc=f"replay {llm_cfg['name']}", unit="call")
+            for n in todo:
+                states = [replay_states(llm, record_prompts(llm, cfg, examples, demos, r).original, r["token_ids"])
+                          for r in groups[n]]
+                write_npz(out / f"shard-{n:05d}.npz", shard_arrays(states, store_tokens=False))
+                bar.update(len(groups[n]))
+            bar.close()
+    shards = [read_npz(out / f"shard-{n:05d}.npz") for n in range(len(groups))]
+    return {name: np.concatenate([s[name] for s in shards]) for name in ARRAYS}
