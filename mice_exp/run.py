@@ -47,9 +47,13 @@ def llm_summary(name: str, records: list[dict[str, Any]]) -> str:
                      f"(unparseable {c['parse_errors']})")
     apis = sorted({r["api"] for r in records})
     if len(apis) <= MAX_APIS_LISTED:  # BFCL's categories: is each one worth a full run?
+        from mice_exp.metrics.calibration import wilson_interval
+
         for api in apis:
             labels = [r["label"] for r in records if r["api"] == api]
-            lines.append(f"  {api}: {sum(labels)}/{len(labels)} correct (accuracy {sum(labels) / len(labels):.3f})")
+            low, high = wilson_interval(sum(labels), len(labels))
+            lines.append(f"  {api}: {sum(labels)}/{len(labels)} correct (accuracy {sum(labels) / len(labels):.3f}, "
+                         f"95% interval {low:.2f}-{high:.2f})")
     return "\n".join(lines)
 
 

@@ -396,3 +396,13 @@ def test_smece_scored_in_blocks_gives_the_same_test(seed: int) -> None:
 def test_identical_estimators_are_never_significant() -> None:
     p, y = random_case(8, n=50)
     assert permutation_test(smece, p, p, y, n_permutations=20).p_value == 1.0
+
+
+@pytest.mark.parametrize("correct,total", [(0, 50), (3, 15), (22, 50), (50, 50), (1, 2)])
+def test_an_accuracy_interval_is_scipys_wilson_interval(correct: int, total: int) -> None:
+    from scipy.stats import binomtest
+
+    from mice_exp.metrics.calibration import wilson_interval
+
+    reference = binomtest(correct, total).proportion_ci(confidence_level=0.95, method="wilson")
+    assert wilson_interval(correct, total) == pytest.approx((reference.low, reference.high), abs=1e-3)

@@ -119,6 +119,7 @@ def test_the_llm_summary_gives_each_categorys_accuracy_when_there_are_few():
     records = [{"api": api, "label": label, "split": "test", "parse_error": None}
                for api, label in [("simple_python", 1), ("simple_python", 0), ("multiple", 0), ("multiple", 0)]]
     summary = llm_summary("SmolLM2-135M", records)
-    assert "simple_python: 1/2 correct (accuracy 0.500)" in summary and "multiple: 0/2 correct" in summary
+    assert "simple_python: 1/2 correct (accuracy 0.500, 95% interval 0.09-0.91)" in summary
+    assert "multiple: 0/2 correct (accuracy 0.000, 95% interval 0.00-0.66)" in summary
     many = [{**r, "api": f"api{i}"} for i, r in enumerate(records * 3)]
     assert "api0:" not in llm_summary("SmolLM2-135M", many)

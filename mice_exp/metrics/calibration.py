@@ -49,3 +49,14 @@ def auroc(p: ArrayLike, y: ArrayLike) -> float:
 def accuracy(y: ArrayLike) -> float:
     """Base rate of correct calls: what a constant confidence would have to predict."""
     return float(check_labels(y).mean())
+
+
+def wilson_interval(correct: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of an accuracy: unlike the normal approximation it stays inside [0, 1]
+    and is not empty at 0 / n, which is what a 50-call probe of a category often measures."""
+    if total <= 0:
+        return float("nan"), float("nan")
+    rate, spread = correct / total, z * z / total
+    centre = (rate + spread / 2) / (1 + spread)
+    half = z * np.sqrt(rate * (1 - rate) / total + spread / (4 * total)) / (1 + spread)
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
