@@ -284,3 +284,6 @@ def test_a_run_logs_and_registers_its_gate_and_every_uri_loads_it(fitted, tmp_pa
         assert np.array_equal(gate.estimator.predict_proba(fs.X), estimator.predict_proba(fs.X))
     with pytest.raises(UserError, match="model=runs:/nope/gate: MLflow could not provide it"):
         Gate.load("runs:/nope/gate", tracking=tracking, root=tmp_path)
+    with tracked_run(tracking, tmp_path, run_name="again") as again:  # the same pipeline run a second time
+        assert save_run_gate(run.cfg, run.paths, read_stage(run.out), fs, estimator, again)["version"] == 2
+    assert Gate.load(f"models:/{name}/latest", tracking=tracking, root=tmp_path).spec["provenance"]["run_id"] == again.run_id

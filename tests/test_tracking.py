@@ -227,6 +227,24 @@ def test_a_run_that_raises_is_failed_with_the_error_tag(project, client):
     assert "error.txt" in _artifacts(client, run_id)
 
 
+def test_the_stores_answers_reach_the_caller_and_only_failures_become_one_line(project):
+    """A second gate under one name is its next version (register_gate catches "already exists"),
+    so the guard must not turn that answer into "the store failed"."""
+    from mlflow.exceptions import MlflowException
+
+    from mice_exp.gate.registry import register_gate
+
+    with tracked_run(CFG, project, "job-gate") as run:
+        run.log_text("gate", "gate/spec.txt")
+        first, second = (register_gate(run.client, run.run_id, "answers-test") for _ in range(2))
+        assert (int(first.version), int(second.version)) == (1, 2)
+        with pytest.raises(MlflowException) as missing:  # an answer, unchanged
+            run.client.get_registered_model("no-such-model")
+        assert missing.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+        with pytest.raises(UserError, match="the MLflow store .* failed"):  # a failure, one line
+            run.client.log_metric(run.run_id, "bad", float("nan"), step="not a step")
+
+
 def test_an_interrupted_run_is_killed(project, client):
     with pytest.raises(KeyboardInterrupt):
         with tracked_run(CFG, project, "job-int") as run:

@@ -324,9 +324,15 @@ def tracked_run(
                 raise  # nothing else is propagating: do not hide that the run was left open
 
 
+# MLflow's answers about an entity, not failures of the store: the caller decides (a second gate
+# registered under one name becomes its next version; a missing run is the user's wrong URI).
+ANSWERS = ("RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST")
+
+
 class _Guarded:
     """An MlflowClient whose failures (a store gone read-only, a server gone down) become
-    :class:`TrackingUnavailable`, so a run reports them in one line instead of a traceback per retry."""
+    :class:`TrackingUnavailable`, so a run reports them in one line instead of a traceback per retry;
+    the store's answers (:data:`ANSWERS`) reach the caller unchanged."""
 
     def __init__(self, client: MlflowClient, uri: str):
         self._client = client
@@ -343,6 +349,8 @@ class _Guarded:
             except UserError:
                 raise
             except Exception as error:
+                if getattr(error, "error_code", None) in ANSWERS:
+                    raise
                 raise _unavailable(self._uri, error) from None
         return call
 
