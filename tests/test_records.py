@@ -137,13 +137,18 @@ def test_a_hidden_state_probe_runs_on_a_records_file(published, tmp_path):
     assert list(tmp_path.glob("llm/tiny_random-records-*/activations-*/shard-*.npz"))
 
 
-def test_states_are_replayed_only_by_the_llm_that_wrote_the_records(published, tmp_path):
+def test_states_are_replayed_only_by_the_llm_that_wrote_them_from_complete_records(published, tmp_path):
     from mice_exp.llm.replay import replay_activations
 
     cfg = _replay_cfg(published, tmp_path, name="smollm2_135m")
     with pytest.raises(UserError, match="written by tiny_random, not llm=smollm2_135m") as error:
         replay_activations(cfg, Paths(root=PACKAGE_ROOT, cache=tmp_path), read_records_file(published[1]))
     assert "\n" not in str(error.value)
+    stripped = read_records_file(published[1])
+    for record in stripped.records:
+        del record["token_ids"]
+    with pytest.raises(UserError, match="6 records lack 'token_ids', which replaying their hidden states needs"):
+        replay_activations(_replay_cfg(published, tmp_path), Paths(root=PACKAGE_ROOT, cache=tmp_path), stripped)
 
 
 def test_the_published_records_reproduce_the_committed_table1_rows(tmp_path):

@@ -29,6 +29,7 @@ from mice_exp.llm.stage import shard_arrays
 from mice_exp.paths import Paths
 
 METHOD = "teacher-forced-1"  # how states are replayed; part of their cache key
+NEEDS = ("token_ids", "n_demos", "prompt_hash")  # what a record must keep to be replayed
 log = logging.getLogger(__name__)
 
 
@@ -64,6 +65,11 @@ def replay_activations(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput)
     if wrote is not None and wrote != llm_cfg["name"]:
         raise UserError(f"llm.records={llm_cfg.get('records')} was written by {wrote}, not llm={llm_cfg['name']}; "
                         f"its hidden states can only be replayed by the LLM that generated it (expected llm={wrote})")
+    for name in NEEDS:
+        missing = sum(name not in r for r in stage.records)
+        if missing:
+            raise UserError(f"llm.records={llm_cfg.get('records')}: {missing} records lack {name!r}, which replaying "
+                            "their hidden states needs (expected a records file written by `mice-exp records`)")
     folder, examples, demos = records_context(cfg, paths, stage)
     key = {"method": METHOD, "prompt": dict(cfg["prompt"]), "source": llm_cfg["source"],
            "dtype": resolve_dtype(llm_cfg.get("dtype", "float32"), llm_cfg.get("device", "cpu"))}
