@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -103,11 +103,8 @@ class _Recorder:
         self.token_logp: list[torch.Tensor] = []
         self.prev_logp: torch.Tensor | None = None
 
-    def layer_hook(self, index: int):
-        def hook(module, args, output):
-            hidden = output[0] if isinstance(output, tuple) else output
-            self.current[index] = hidden[:, -1, :].detach()
-        return hook
+    def keep_layer(self, index: int, hidden: torch.Tensor) -> None:
+        self.current[index] = hidden[:, -1, :].detach()
 
     def model_hook(self, module, args, kwargs, output):
         input_ids = kwargs.get("input_ids", args[0] if args else None)
@@ -121,14 +118,30 @@ class _Recorder:
 
 
 @contextmanager
-def _hooks(llm: LLM, recorder: _Recorder) -> Iterator[None]:
-    handles = [layer.register_forward_hook(recorder.layer_hook(i)) for i, layer in enumerate(llm.layers)]
-    handles.append(llm.model.register_forward_hook(recorder.model_hook, with_kwargs=True))
+def layer_states(llm: LLM, keep: Callable[[int, torch.Tensor], None]) -> Iterator[None]:
+    """While open, every decoder layer's forward calls ``keep(layer index, its hidden states [B, T, d])``
+    (a layer returns a tensor or a tuple starting with one, depending on the model)."""
+    def hook(index: int):
+        def call(module, args, output):
+            keep(index, output[0] if isinstance(output, tuple) else output)
+        return call
+
+    handles = [layer.register_forward_hook(hook(i)) for i, layer in enumerate(llm.layers)]
     try:
         yield
     finally:
         for handle in handles:
             handle.remove()
+
+
+@contextmanager
+def _hooks(llm: LLM, recorder: _Recorder) -> Iterator[None]:
+    handle = llm.model.register_forward_hook(recorder.model_hook, with_kwargs=True)
+    try:
+        with layer_states(llm, recorder.keep_layer):
+            yield
+    finally:
+        handle.remove()
 
 
 def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -20,11 +20,12 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 
 from mice_exp.cache import read_npz, stable_hash, write_npz
+from mice_exp.llm.capture import layer_states
 from mice_exp.errors import UserError
 from mice_exp.llm.model import LLM, load_llm
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.records import ARRAYS, StageOutput
-from mice_exp.llm.sources import record_prompts, records_context
+from mice_exp.llm.sources import derived_folder, record_prompts, records_context
 from mice_exp.llm.stage import shard_arrays
 from mice_exp.paths import Paths
 
@@ -41,19 +42,12 @@ def replay_states(llm: LLM, prompt: Sequence[int], generated: Sequence[int]) -> 
     n = max(len(generated), 1)
     captured: list[torch.Tensor | None] = [None] * llm.n_layers
 
-    def hook(index: int):
-        def keep(module, args, output):
-            hidden = output[0] if isinstance(output, tuple) else output
-            captured[index] = hidden[0, len(prompt) - 1:].float()
-        return keep
+    def keep(index: int, hidden: torch.Tensor) -> None:
+        captured[index] = hidden[0, len(prompt) - 1:].float()
 
-    handles = [layer.register_forward_hook(hook(i)) for i, layer in enumerate(llm.layers)]
-    try:
+    with layer_states(llm, keep):
         ids = torch.tensor([list(prompt) + list(generated[:n - 1])], device=llm.device)
         llm.model(input_ids=ids, use_cache=False, logits_to_keep=1)
-    finally:
-        for handle in handles:
-            handle.remove()
     return torch.stack(captured, dim=1).cpu().numpy()
 
 
@@ -70,21 +64,22 @@ def replay_activations(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput)
         if missing:
             raise UserError(f"llm.records={llm_cfg.get('records')}: {missing} records lack {name!r}, which replaying "
                             "their hidden states needs (expected a records file written by `mice-exp records`)")
-    folder, examples, demos = records_context(cfg, paths, stage)
     key = {"method": METHOD, "prompt": dict(cfg["prompt"]), "source": llm_cfg["source"],
            "dtype": resolve_dtype(llm_cfg.get("dtype", "float32"), llm_cfg.get("device", "cpu"))}
-    out = folder / f"activations-{stable_hash(key)}"
+    out = derived_folder(cfg, paths, stage) / f"activations-{stable_hash(key)}"
     size = int(llm_cfg["batch_size"])
     groups = [stage.records[lo:lo + size] for lo in range(0, len(stage.records), size)]
     out.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out / ".lock")):
         todo = [n for n in range(len(groups)) if not (out / f"shard-{n:05d}.npz").exists()]
         if todo:
+            pending = sum(len(groups[n]) for n in todo)
             log.info("%s keeps no activations: replaying %d calls with %s into %s", llm_cfg.get("records"),
-                     sum(len(groups[n]) for n in todo), llm_cfg["name"], out)
+                     pending, llm_cfg["name"], out)
+            _, examples, demos = records_context(cfg, paths, stage)
             llm = load_llm(llm_cfg, paths.models)
-            bar = tqdm(total=len(stage.records), initial=len(stage.records) - sum(len(groups[n]) for n in todo),
-                       desc=f"replay {llm_cfg['name']}", unit="call")
+            bar = tqdm(total=len(stage.records), initial=len(stage.records) - pending, desc=f"replay {llm_cfg['name']}",
+                       unit="call")
             for n in todo:
                 states = [replay_states(llm, record_prompts(llm, cfg, examples, demos, r).original, r["token_ids"])
                           for r in groups[n]]

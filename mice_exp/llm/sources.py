@@ -244,13 +244,18 @@ def load_source(folder: Path, ids: Sequence[str]) -> np.ndarray:
     return np.array([np.nan if values.get(i) is None else values[i] for i in ids], dtype=np.float64)
 
 
+def derived_folder(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput) -> Path:
+    """Where the caches derived from a stage live: its own folder, or for a records file
+    ``<cache>/llm/<llm>-records-<sha>/``."""
+    return stage.folder or paths.llm / f"{cfg['llm']['name']}-{stage.key}"
+
+
 def records_context(cfg: Mapping[str, Any], paths: Paths,
                     stage: StageOutput) -> tuple[Path, dict[str, Any], dict[str, list[str]]]:
-    """Where a stage's derived caches live, its examples by id and each one's retrieved demonstrations.
-
-    A records file's folder is ``<cache>/llm/<llm>-records-<sha>/``, with the demonstrations retrieved
-    again there (each rebuilt prompt is then checked against its record's hash, :class:`Prompts`)."""
-    folder = stage.folder or paths.llm / f"{cfg['llm']['name']}-{stage.key}"
+    """Where a stage's derived caches live, its examples by id and each one's retrieved demonstrations
+    (for a records file retrieved again there; each rebuilt prompt is then checked against its
+    record's hash, :class:`Prompts`)."""
+    folder = derived_folder(cfg, paths, stage)
     selection = select_examples(cfg["dataset"], paths)
     demos = retrieved_demos(folder, cfg, selection.examples, int(cfg["prompt"]["k_demos"]))
     examples = {e.id: e for e in selection.examples}
