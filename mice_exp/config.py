@@ -188,10 +188,11 @@ def check_config(cfg: dict[str, Any]) -> None:
         tracking_uri(cfg["tracking"], Path(cfg["paths"].get("root") or "."))
 
 
-def check_data(cfg: Mapping[str, Any], paths: Any) -> None:
-    """What only the data can tell (an empty training split, a single API under LOAO), before the LLM stage.
+def check_data(cfg: Mapping[str, Any], paths: Any) -> Any:
+    """What only the data can tell (an empty training split, a single API under LOAO), before the LLM stage;
+    returns the run's :class:`~mice_exp.data.Selection` (a records file is cut to it).
 
-    Loading the data set again here costs well under a second; finding out after generation costs the run.
+    Loading the data set here costs well under a second; finding out after generation costs the run.
     """
     from mice_exp.data import select_examples
 
@@ -204,6 +205,7 @@ def check_data(cfg: Mapping[str, Any], paths: Any) -> None:
     if cfg["protocol"]["name"] == "loao":
         expect(len(apis) >= 2, f"protocol=loao needs at least 2 APIs; the data set has only {apis[0]!r}; "
                                "expected more APIs or protocol=holdout")
+    return selection
 
 
 def check_cache(cache: Path) -> None:

@@ -107,17 +107,17 @@ def _diagnose_field(cfg: dict[str, Any], estimator, fs, tracker) -> dict[str, fl
         schema.field_key(k): v for k, v in estimator.selected().items()} | {schema.field_key("n_test"): int(test.sum())}
 
 
-def load_stage(cfg: dict[str, Any], paths: Paths) -> StageOutput:
+def load_stage(cfg: dict[str, Any], paths: Paths, splits: dict[str, str] | None = None) -> StageOutput:
     """The LLM stage's output: from a published records file (``llm.records``: no LLM loaded unless a
-    view or estimator reads hidden states, which are then replayed) or computed / resumed / reused from
-    its cache."""
+    view or estimator reads hidden states, which are then replayed; cut to the run's selection
+    ``splits``, id -> split) or computed / resumed / reused from its cache."""
     if cfg["llm"].get("records"):
         from mice_exp.paths import resolve
 
         from mice_exp.features import make_view
 
         needs = make_view(cfg["features"]).record_fields
-        stage = read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"], needs)
+        stage = read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"], needs, splits)
         stage.replay = lambda: _replayed(cfg, paths, stage)
         return stage
     from mice_exp.llm.stage import run_llm_stage
@@ -239,8 +239,8 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
         print(f"skipping: MLflow run {done} already FINISHED with this resolved config (force=true re-runs it)")
         return {"run_id": done, "skipped": True}
     with tracked_run(cfg["tracking"], paths.root, run_name=run_name(tags), params=cfg, tags=tags) as tracker:
-        check_data(cfg, paths)
-        stage = load_stage(cfg, paths)
+        selection = check_data(cfg, paths)
+        stage = load_stage(cfg, paths, selection.splits)
         print("\n" + llm_summary(cfg["llm"]["display"], stage.records))
         info = stage.info
         result = {"llm_accuracy": info["accuracy"], "llm_examples": info["examples"],

@@ -87,6 +87,31 @@ def test_a_bad_records_file_is_one_line_naming_it(published, tmp_path, damage, m
     assert "\n" not in str(error.value) and str(bad) in str(error.value)
 
 
+def test_a_records_file_is_cut_to_the_runs_dataset_selection(published):
+    """dataset.apis / max_apis / max_per_api pick from a records file as from the data set."""
+    path = published[1]
+    whole = read_records_file(path, dataset="ste")
+    first_api = sorted({r["api"] for r in whole.records})[0]
+    splits = {r["id"]: r["split"] for r in whole.records if r["api"] == first_api}
+    cut = read_records_file(path, dataset="ste", splits=splits)
+    assert cut.ids == [i for i in whole.ids if i in splits] and 0 < len(cut.ids) < len(whole.ids)
+    assert cut.info["examples"] == len(splits) and cut.key != whole.key  # its own feature caches
+    assert read_records_file(path, splits={r["id"]: r["split"] for r in whole.records}).key == whole.key
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda splits: splits | {"ste/elsewhere/0": "test"}, "holds 6 of the 7 calls this run's dataset selection picks"),
+    (lambda splits: splits | {k: "test" if v == "train" else "train" for k, v in list(splits.items())[:2]},
+     "2 calls lie in another split than this run's dataset.split and seed assign"),
+])
+def test_a_records_file_from_another_selection_is_one_line(published, change, message):
+    path = published[1]
+    splits = change({r["id"]: r["split"] for r in read_records_file(path).records})
+    with pytest.raises(UserError, match=message) as error:
+        read_records_file(path, splits=splits)
+    assert "\n" not in str(error.value) and str(path) in str(error.value)
+
+
 def test_a_run_from_records_loads_no_llm(published, tmp_path):
     """llm.records=... runs the estimation stage with neither torch nor transformers imported."""
     script = (
@@ -95,7 +120,7 @@ def test_a_run_from_records_loads_no_llm(published, tmp_path):
         "from mice_exp.run import run\n"
         f"out = run(compose_config(['llm=tiny_random', 'llm.records={published[1]}', 'features=conf_only',\n"
         f"    'estimator=mice_lr', 'tracking.enabled=false', 'permutations=0', 'gate.save=false',\n"
-        f"    'paths.cache={tmp_path}']))\n"
+        f"    'paths.cache={tmp_path}', 'dataset.path={FIXTURE}']))\n"
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'an LLM library was imported'\n"
         "print(out['llm_examples'])\n"
     )

@@ -111,16 +111,35 @@ def write_records_file(path: Path, header: Mapping[str, Any], records: Iterable[
     tmp.replace(path)
 
 
+def _selected(path: Path, records: list[dict[str, Any]], splits: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The records of the run's selection, in the file's order, each in the split the run assigns it."""
+    kept = [r for r in records if r["id"] in splits]
+    if len(kept) < len(splits):
+        raise UserError(f"llm.records={path} holds {len(kept)} of the {len(splits)} calls this run's dataset "
+                        "selection picks; expected a records file written with this selection or a larger one "
+                        "(dataset.apis / max_apis / max_per_api)")
+    moved = [r for r in kept if r["split"] != splits[r["id"]]]
+    if moved:
+        first = moved[0]
+        raise UserError(f"llm.records={path}: {len(moved)} calls lie in another split than this run's dataset.split "
+                        f"and seed assign (e.g. {first['id']!r}: {first['split']} in the file, {splits[first['id']]} "
+                        "here); expected the split settings the file was written with")
+    return kept
+
+
 def read_records_header(path: Path) -> dict[str, Any]:
     """The first line of a records file (what produced it); read after :func:`read_records_file` checked it."""
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         return json.loads(handle.readline())
 
 
-def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[str] = ()) -> StageOutput:
+def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[str] = (),
+                      splits: Mapping[str, str] | None = None) -> StageOutput:
     """A published records file as a stage output; every problem is one line naming the file.
 
-    ``dataset``: the data set the run expects; ``needs``: record fields the requested view reads.
+    ``dataset``: the data set the run expects; ``needs``: record fields the requested view reads;
+    ``splits``: the run's selection (id -> split), so ``dataset.apis`` / ``max_apis`` / ``max_per_api``
+    pick from a file as they pick from the data set (None: every record).
     """
     if not path.is_file():
         raise UserError(f"llm.records={path}: no such file; expected a records file such as "
@@ -145,6 +164,8 @@ def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[st
         missing = sum(name not in r for r in records)
         if missing:
             raise UserError(f"llm.records={path}: {missing} records lack {name!r}, which this run needs")
+    if splits is not None:
+        records = _selected(path, records, splits)
     sources = {name: [r.get("sources", {}).get(name) for r in records] for name in header.get("sources", [])}
     info = {k: header[k] for k in ("n_layers", "hidden_size", "llm", "dataset") if k in header} | summarise(records)
     # keyed by the records without their sources: adding a source to a file keeps its BERTScore cache
