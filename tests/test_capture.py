@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mice_exp.llm.capture import generate_batch
+from mice_exp.llm.capture import _Recorder, generate_batch
 from mice_exp.llm.model import LLM
 
 
@@ -79,6 +79,17 @@ def test_states_cover_every_layer_at_every_kept_position(tiny_llm, tokenizer):
     gens = generate_batch(tiny_llm, [tokenizer("Action:")["input_ids"]], max_new_tokens=5)
     gen = gens[0]
     assert gen.states.shape == (max(len(gen.token_ids), 1), tiny_llm.n_layers, tiny_llm.hidden_size)
+
+
+def test_the_recorder_copies_each_layers_last_position_instead_of_pinning_its_whole_output():
+    """A view of ``hidden[:, -1]`` would hold every layer's [B, T, d] output alive through the prefill
+    (gigabytes on long prompts); the copy owns just [B, d], with the same values."""
+    recorder = _Recorder(n_layers=1)
+    hidden = torch.randn(2, 500, 8)
+    recorder.keep_layer(0, hidden)
+    kept = recorder.current[0]
+    assert torch.equal(kept, hidden[:, -1])
+    assert kept.untyped_storage().nbytes() == kept.numel() * kept.element_size()
 
 
 @pytest.mark.parametrize("model_type,extra", [("llama", {}), ("gemma3_text", {"sliding_window": 4})])

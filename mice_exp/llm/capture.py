@@ -104,7 +104,10 @@ class _Recorder:
         self.prev_logp: torch.Tensor | None = None
 
     def keep_layer(self, index: int, hidden: torch.Tensor) -> None:
-        self.current[index] = hidden[:, -1, :].detach()
+        # A copy, not a view: a view of the last position pins the layer's whole [B, T, d] output until
+        # the next step, 30 x 110 MB for SmolLM2's prefill of 8 x 6,000 tokens (measured: 3.98 -> 3.07
+        # GiB peak at 8 x 2,000). The values are the same.
+        self.current[index] = hidden[:, -1, :].clone()
 
     def model_hook(self, module, args, kwargs, output):
         input_ids = kwargs.get("input_ids", args[0] if args else None)

@@ -43,7 +43,7 @@ def replay_states(llm: LLM, prompt: Sequence[int], generated: Sequence[int]) -> 
     captured: list[torch.Tensor | None] = [None] * llm.n_layers
 
     def keep(index: int, hidden: torch.Tensor) -> None:
-        captured[index] = hidden[0, len(prompt) - 1:].float()
+        captured[index] = hidden[0, len(prompt) - 1:].to(torch.float32, copy=True)  # not a view pinning [T, d]
 
     with layer_states(llm, keep):
         ids = torch.tensor([list(prompt) + list(generated[:n - 1])], device=llm.device)
