@@ -28,6 +28,7 @@ from mice_exp.data import Example, Selection, select_examples
 from mice_exp.data.labels import is_correct
 from mice_exp.data.retrieval import SentenceEncoder, rank_demos
 from mice_exp.llm.capture import Generation, generate_batch
+from mice_exp.llm.headroom import Headroom
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import Prompt, build_prompt
 from mice_exp.llm.records import read_stage, shards, summarise
@@ -175,12 +176,18 @@ def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Pa
     todo = [(n, b) for n, b in enumerate(fixed) if not (out / f"shard-{n:0{width}d}.jsonl").exists()]
     bar = tqdm(total=len(prompts), initial=len(prompts) - sum(len(b) for _, b in todo), desc=f"LLM {llm.name}",
                unit="ex")
+    headroom = Headroom()
+    headroom.start()
     for n, batch in todo:
+        longest = max(len(prompts[i].ids) for i in batch)
+        if (warning := headroom.warning(len(batch), longest)) is not None:
+            log.warning(warning)
         records, arrays = run_batch(llm, batch, examples, selection.splits, prompts, int(cfg["llm"]["max_new_tokens"]),
                                     bool(cfg["llm"].get("store_token_states")))
         name = f"shard-{n:0{width}d}"
         write_npz(out / f"{name}.npz", arrays)
         write_jsonl(out / f"{name}.jsonl", records)
+        headroom.done(longest)
         bar.update(len(batch))
     bar.close()
     write_json(out / "done.json", summarise(read_stage(out).records)
