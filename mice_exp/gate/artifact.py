@@ -52,7 +52,8 @@ ESTIMATOR_CLASSES = (
 )
 
 #: Types beyond skops' own defaults (numpy, scipy, scikit-learn estimators) that our fitted
-#: estimators contain: our classes, a random forest's trees, and NWKR's relplot smoother.
+#: estimators contain: our classes, NWKR's relplot smoother, and the trees of a random forest saved
+#: before MiceRandomForest packed them into arrays (gates written by earlier versions).
 TRUSTED_TYPES = ESTIMATOR_CLASSES + (
     "sklearn.tree._tree.Tree",
     "relplot.estimators.KernelSmoother",
@@ -158,7 +159,7 @@ def save_gate(
     k = int(cfg["prompt"]["k_demos"])
     if len(demo_pool) < k:
         raise UserError(f"the demo pool has {len(demo_pool)} examples; prompt.k_demos={k} needs at least that many")
-    data = sio.dumps(estimator, compression=zipfile.ZIP_DEFLATED)  # a 1000-tree forest: 20 MB -> 1.5 MB
+    data = sio.dumps(estimator, compression=zipfile.ZIP_DEFLATED)  # a forest's node arrays compress ~3x
     untrusted = set(sio.get_untrusted_types(data=data)) - set(TRUSTED_TYPES)
     if untrusted:
         raise UserError(f"{type(estimator).__name__} holds types the gate would refuse to load: {sorted(untrusted)}")
