@@ -123,7 +123,7 @@ def instrumented(phases: Phases) -> Iterator[dict[str, Any]]:
         phases.wrap(llm.tokenizer, "batch_decode", "layer strings")
         holder["llm"] = llm
         return llm
-    undo = [phases.wrap(stage, "_demos", "retrieval (encoder load + ranking)"), phases.wrap(stage, "build_prompt", "prompts"),
+    undo = [phases.wrap(stage, "retrieved_demos", "retrieval (encoder load + ranking)"), phases.wrap(stage, "build_prompt", "prompts"),
             phases.wrap(capture, "generate_ids", "generate"), phases.wrap(capture, "lens_argmax", "logit lens"),
             phases.wrap(capture, "truncate", "truncation"), phases.wrap(stage, "make_record", "records"),
             phases.wrap(stage, "write_npz", "cache writes"), phases.wrap(stage, "write_jsonl", "cache writes"),
