@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import resource
 import tempfile
 import time
 from collections import defaultdict
@@ -33,6 +32,7 @@ import mice_exp.llm.capture as capture
 import mice_exp.llm.model as model_module
 import mice_exp.llm.stage as stage
 from mice_exp.compose import as_plain, compose_config
+from mice_exp.llm.headroom import peak_bytes
 from mice_exp.llm.memory import keep_freed_memory
 from mice_exp.llm.precision import cpu_flags, native_bf16
 from mice_exp.llm.records import read_stage
@@ -263,7 +263,7 @@ def main() -> None:
           f"tokens, {tokens} generated; accuracy {sum(r['label'] for r in records) / len(records):.3f}")
     widths = [max(r["prompt_tokens"] for r in records if r["id"] in set(b)) for b in batch_ids(records, batch)]
     report(phases, wall, stage_flops(records, shapes), peak, decode_bytes(phases, shapes, widths) / (bandwidth * 1e9))
-    print(f"per call: {wall / len(records):.2f} s (stage), peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    print(f"per call: {wall / len(records):.2f} s (stage), peak RSS {peak_bytes() / 2**20:.0f} MiB")
 
     if not args.no_plain:
         plain_vs_capture(out["cfg"], llm, records, tmp, phases.seconds["batch loop"] + phases.seconds["layer strings"])

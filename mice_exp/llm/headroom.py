@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -69,7 +69,7 @@ class Headroom:
     resident: Callable[[], int | None] = resident_bytes
     peak: Callable[[], int] = peak_bytes
     loaded: int = 0
-    last_tokens: int | None = field(default=None)
+    last_tokens: int | None = None
 
     def start(self) -> None:
         self.loaded = self.peak()
@@ -84,11 +84,11 @@ class Headroom:
         grown = max(self.peak() - self.loaded, 0)
         return self.loaded + int(grown * max(tokens / self.last_tokens, 1.0) ** 2)
 
-    def warning(self, batch: int, tokens: int, setting: str = "llm.batch_size") -> str | None:
+    def warning(self, batch: int, tokens: int) -> str | None:
         expected, available, resident = self.expected_peak(tokens), self.available(), self.resident()
         if expected is None or available is None or resident is None or expected - resident <= available:
             return None
         return (f"the next batch ({batch} prompts of up to {tokens:,} tokens) may need {expected / GIB:.1f} GiB, "
                 f"{(resident + available) / GIB:.1f} GiB are within reach: if the process is killed now, memory "
                 f"was why; finished batches are kept and the same command resumes (run fewer jobs at once, or a "
-                f"smaller {setting}, which starts this stage afresh)")
+                "smaller llm.batch_size, which starts this stage afresh)")
