@@ -35,7 +35,7 @@ def main(llm_name: str, n: int) -> None:
     stage = read_records_file(paths.root / "experiments" / "records" / f"ste-{llm_name}.jsonl.gz", "ste")
     selection = select_examples(cfg["dataset"], paths)
     examples = {e.id: e for e in selection.examples}
-    demos = retrieved_demos(Path(tempfile.mkdtemp()), cfg, selection.examples, int(cfg["prompt"]["k_demos"]))
+    demos = retrieved_demos(Path(tempfile.mkdtemp()), cfg, selection)
     llm = load_llm(cfg["llm"], paths.models)
     torch.manual_seed(int(settings["seed"]))
     tests = [r for r in stage.records if r["split"] == "test"]

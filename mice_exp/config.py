@@ -43,6 +43,8 @@ SIZES: Rule = (lambda v: isinstance(v, list) and bool(v) and all(POSITIVE_INT[0]
 
 OPTIONAL_NON_NEGATIVE_INT: Rule = (lambda v: v is None or NON_NEGATIVE_INT[0](v), "a non-negative integer or null")
 SPLIT_NAMES = ("train", "validation", "test")  # data.splits.SPLIT_NAMES; importing it would load every data loader
+DEMO_POOLS = ("train", "all")  # data.DEMO_POOLS, for the same reason
+DEMO_POOL: Rule = (lambda v: v in DEMO_POOLS, f"one of {', '.join(DEMO_POOLS)}")
 SPLITS: Rule = (lambda v: v is None or (isinstance(v, list) and bool(v) and set(v) <= set(SPLIT_NAMES)),
                 f"null or a non-empty list of {', '.join(SPLIT_NAMES)}")
 
@@ -58,6 +60,7 @@ RULES: dict[str, Rule] = {
     "llm.device": DEVICES,
     "retrieval.device": DEVICES,
     "prompt.k_demos": NON_NEGATIVE_INT,
+    "prompt.demo_pool": DEMO_POOL,
     "dataset.seed": INTEGER,
     "dataset.max_apis": OPTIONAL_POSITIVE_INT,
     "dataset.max_per_api": OPTIONAL_POSITIVE_INT,

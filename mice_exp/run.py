@@ -19,7 +19,7 @@ from mice_exp.compose import as_plain
 from mice_exp.config import check_cache, check_config, check_data, keep_used_baselines
 from mice_exp.errors import UserError
 from mice_exp.llm.precision import resolve_dtype
-from mice_exp.llm.records import StageOutput, read_records_file, read_stage
+from mice_exp.llm.records import StageOutput, read_records_file, read_stage, records_expect
 from mice_exp.paths import Paths, paths_from
 from mice_exp.tracking import schema
 from mice_exp.tracking.sweeps import config_hash, finished_run_with_config
@@ -117,7 +117,8 @@ def load_stage(cfg: dict[str, Any], paths: Paths, splits: dict[str, str] | None 
         from mice_exp.features import make_view
 
         needs = make_view(cfg["features"]).record_fields
-        stage = read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"], needs, splits)
+        stage = read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"], needs, splits,
+                                  expect=records_expect(cfg))
         stage.replay = lambda: _replayed(cfg, paths, stage)
         return stage
     from mice_exp.llm.stage import run_llm_stage

@@ -250,7 +250,7 @@ def test_fit_gate_builds_one_from_a_config_reusing_the_llm_stage(fitted, tmp_pat
     monkeypatch.setattr(stage, "generate_batch", lambda *a, **k: pytest.fail("generated again"))
     spec = read_spec(fit_gate(run.cfg, tmp_path / "fit", paths=run.paths))
     assert spec["columns"] == fs.columns and spec["estimator"]["key"] == "mice_lr"
-    assert spec["provenance"]["llm_cache"] == run.out.name and spec["demo_pool"]["size"] == 6
+    assert spec["provenance"]["llm_cache"] == run.out.name and spec["demo_pool"]["size"] == 3  # the training calls (prompt.demo_pool=train)
 
 
 def test_a_run_without_tracking_keeps_its_gate_in_the_cache(fitted):

@@ -184,11 +184,11 @@ def test_the_published_records_reproduce_the_committed_table1_rows(tmp_path):
     from mice_exp.run import run
     from mice_exp.tracking.schema import baseline_key
 
-    records = PACKAGE_ROOT / "experiments" / "records" / "ste-smollm2_135m.jsonl.gz"
+    records = PACKAGE_ROOT / "experiments" / "records" / "ste-smollm2_135m-pool-all.jsonl.gz"
     table = pd.read_csv(PACKAGE_ROOT / "experiments" / "table1" / "results.csv")
     rows = table[(table["table"] == "table1") & (table["llm"] == "smollm2_135m") & (table["source"] == "baseline")]
     assert set(rows["estimator"]) == {"raw", "hre", "nwkr"}
-    out = run(compose_config(["llm=smollm2_135m", f"llm.records={records}", "features=conf_only",
+    out = run(compose_config(["llm=smollm2_135m", f"llm.records={records}", "prompt.demo_pool=all", "features=conf_only",
                               "estimator=mice_lr", "tracking.enabled=false", "permutations=0", "gate.save=false",
                               f"paths.cache={tmp_path}"]))
     assert out["llm_examples"] == 750

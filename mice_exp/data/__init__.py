@@ -20,9 +20,13 @@ from mice_exp.data.splits import assign_splits, select_apis
 from mice_exp.data.ste import load_ste, resolve_ste_path
 from mice_exp.errors import UserError, expect
 
-__all__ = ["Example", "Selection", "load_dataset", "select_examples"]
+__all__ = ["DEMO_POOLS", "Example", "Selection", "demo_pool", "load_dataset", "select_examples"]
 
 DATASETS = ("bfcl", "jsonl", "ste")
+#: ``prompt.demo_pool``: where demonstrations are retrieved from. ``train``: the training split only, so no
+#: validation or test answer is shown in any prompt; ``all``: every selected call but the call itself
+#: (how records were made before 2026-11-25, kept to compare with).
+DEMO_POOLS = ("train", "all")
 
 
 def load_dataset(cfg: Mapping[str, Any], project_root: Path, cache_dir: Path) -> list[Example]:
@@ -63,6 +67,15 @@ class Selection:
 
     examples: list[Example]
     splits: dict[str, str]
+
+
+def demo_pool(selection: Selection, pool: str) -> list[Example]:
+    """The examples demonstrations are retrieved from under ``prompt.demo_pool=pool``."""
+    if pool not in DEMO_POOLS:
+        raise UserError(f"prompt.demo_pool={pool!r}; expected one of {', '.join(DEMO_POOLS)}")
+    if pool == "all":
+        return list(selection.examples)
+    return [e for e in selection.examples if selection.splits[e.id] == "train"]
 
 
 def select_examples(dataset_cfg: Mapping[str, Any], paths: Any) -> Selection:

@@ -13,10 +13,10 @@ from mice_exp.paths import Paths
 
 
 def demo_pool(cfg: Mapping[str, Any], paths: Paths) -> list:
-    """The run's examples: the pool its LLM stage retrieved demonstrations from."""
-    from mice_exp.data import select_examples
+    """The pool the run's LLM stage retrieved demonstrations from (``prompt.demo_pool``)."""
+    from mice_exp.data import demo_pool as pool_of, select_examples
 
-    return select_examples(cfg["dataset"], paths).examples
+    return pool_of(select_examples(cfg["dataset"], paths), cfg["prompt"].get("demo_pool", "all"))
 
 
 def fit_gate(cfg: Mapping[str, Any], folder: str | Path, paths: Paths | None = None, llm: Any = None) -> Path:

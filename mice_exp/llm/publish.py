@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mice_exp.cache import read_json_if
-from mice_exp.llm.records import publishable, read_records_file, read_records_header, read_stage, write_records_file
+from mice_exp.llm.records import (publishable, read_records_file, read_records_header, read_stage, records_expect,
+                                  write_records_file)
 from mice_exp.paths import paths_from, resolve
 
 
@@ -28,7 +29,8 @@ def publish_records(cfg: Mapping[str, Any], path: Path | None = None) -> Path:
 
     paths = paths_from(cfg["paths"])
     if cfg["llm"].get("records"):
-        stage = read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"])
+        stage = read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"],
+                                  expect=records_expect(cfg))
         header = read_records_header(resolve(cfg["llm"]["records"], paths.root))
     else:
         out = run_llm_stage(cfg, paths)

@@ -133,11 +133,24 @@ def read_records_header(path: Path) -> dict[str, Any]:
         return json.loads(handle.readline())
 
 
+def made_with(header: Mapping[str, Any]) -> dict[str, Any]:
+    """What a records file's header says produced it: the LLM and the demonstration pool (a header
+    from before ``prompt.demo_pool`` existed: ``all``, the only pool there was)."""
+    prompt = (header.get("stage_key") or {}).get("prompt") or {}
+    return {"llm": header.get("llm"), "demo_pool": prompt.get("demo_pool", "all")}
+
+
+def records_expect(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run's config says must have produced the records file it reads (:func:`made_with`)."""
+    return {"llm": cfg["llm"]["name"], "demo_pool": cfg["prompt"].get("demo_pool", "all")}
+
+
 def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[str] = (),
-                      splits: Mapping[str, str] | None = None) -> StageOutput:
+                      splits: Mapping[str, str] | None = None, expect: Mapping[str, Any] | None = None) -> StageOutput:
     """A published records file as a stage output; every problem is one line naming the file.
 
-    ``dataset``: the data set the run expects; ``needs``: record fields the requested view reads;
+    ``dataset``: the data set the run expects; ``expect``: what the run says produced it (``llm``,
+    ``demo_pool``: :func:`made_with`), checked against the header; ``needs``: record fields the requested view reads;
     ``splits``: the run's selection (id -> split), so ``dataset.apis`` / ``max_apis`` / ``max_per_api``
     pick from a file as they pick from the data set (None: every record).
     """
@@ -160,6 +173,13 @@ def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[st
     if dataset is not None and header.get("dataset") != dataset:
         raise UserError(f"llm.records={path} holds {header.get('dataset')!r} calls; this run's dataset is "
                         f"{dataset!r} (expected a records file of the same data set)")
+    found = made_with(header)
+    for name, wanted in (expect or {}).items():
+        if found[name] != wanted:
+            setting = "llm.name" if name == "llm" else f"prompt.{name}"
+            raise UserError(f"llm.records={path} was written with {name}={found[name]!r}; this run has "
+                            f"{setting}={wanted!r} (expected a records file of the same {name}, or "
+                            f"{setting}={found[name]!r})")
     for name in (*REQUIRED, *needs):
         missing = sum(name not in r for r in records)
         if missing:

@@ -257,7 +257,7 @@ def records_context(cfg: Mapping[str, Any], paths: Paths,
     record's hash, :class:`Prompts`)."""
     folder = derived_folder(cfg, paths, stage)
     selection = select_examples(cfg["dataset"], paths)
-    demos = retrieved_demos(folder, cfg, selection.examples, int(cfg["prompt"]["k_demos"]))
+    demos = retrieved_demos(folder, cfg, selection)
     examples = {e.id: e for e in selection.examples}
     missing = [r["id"] for r in stage.records if r["id"] not in examples]
     if missing:

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from mice_exp.cache import (read_intact, read_json, read_jsonl, read_npz, stable_hash, write_guard, write_json,
                             write_jsonl, write_npz)
-from mice_exp.data import Example, Selection, select_examples
+from mice_exp.data import Example, Selection, demo_pool, select_examples
 from mice_exp.data.labels import is_correct
 from mice_exp.data.retrieval import SentenceEncoder, rank_demos
 from mice_exp.llm.capture import Generation, generate_batch
@@ -51,10 +51,16 @@ def stage_key(cfg: Mapping[str, Any], selection: Selection, device: str) -> dict
         "examples": stable_hash([(e.id, e.query, e.tools, e.demo) for e in selection.examples]),
         "splits": stable_hash(sorted(selection.splits.items())),
         "retrieval": dict(cfg["retrieval"]),
-        "prompt": dict(cfg["prompt"]),
+        "prompt": prompt_key(cfg["prompt"]),
         "llm": {k: cfg["llm"][k] for k in LLM_KEYS if k in cfg["llm"]}
         | {"device": device, "dtype": resolve_dtype(cfg["llm"].get("dtype", "float32"), device)},
     }
+
+
+def prompt_key(prompt: Mapping[str, Any]) -> dict[str, Any]:
+    """The prompt settings a stage's key hashes: ``demo_pool=all`` (every record made before the pool
+    existed) is left out, so those caches and records files keep their keys."""
+    return {k: v for k, v in prompt.items() if not (k == "demo_pool" and v == "all")}
 
 
 def stage_dir(cfg: Mapping[str, Any], paths: Paths, selection: Selection) -> tuple[Path, dict[str, Any]]:
@@ -115,13 +121,23 @@ def run_batch(llm: Any, batch: Sequence[K], examples: Mapping[K, Example], split
     return records, shard_arrays([g.states for g in gens], store_tokens)
 
 
-def retrieved_demos(out: Path, cfg: Mapping[str, Any], examples: list[Example], k: int) -> dict[str, list[str]]:
-    """Each example's k most similar examples' ids, retrieved once and kept in ``out/demos.json``."""
+def retrieved_demos(out: Path, cfg: Mapping[str, Any], selection: Selection) -> dict[str, list[str]]:
+    """Each example's ``prompt.k_demos`` most similar pool examples' ids (``prompt.demo_pool``), retrieved
+    once and kept in ``out/demos.json``."""
     cached = read_intact(out / "demos.json", read_json)
     if cached is not None:
         return cached
+    k, pool_name = int(cfg["prompt"]["k_demos"]), cfg["prompt"].get("demo_pool", "all")
+    pool = demo_pool(selection, pool_name)
+    if pool_name == "train":
+        short = sorted({e.api for e in pool} | {e.api for e in selection.examples})
+        short = [a for a in short if sum(e.api == a for e in pool) < k + 1]
+        if short:
+            log.info("prompt.demo_pool=train: %d of the %d APIs have fewer than k_demos + 1 = %d training calls "
+                     "(e.g. %s); their calls' demonstrations include other APIs' training calls", len(short),
+                     len({e.api for e in selection.examples}), k + 1, short[0])
     encoder = SentenceEncoder(cfg["retrieval"]["model"], device=cfg["retrieval"].get("device", "cpu"))
-    demos = rank_demos(examples, k, encoder)
+    demos = rank_demos(selection.examples, k, encoder, pool=pool)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "demos.json", demos)
     return demos
@@ -166,7 +182,7 @@ def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Pa
     from mice_exp.llm.model import load_llm
 
     examples = {e.id: e for e in selection.examples}
-    demos = retrieved_demos(out, cfg, selection.examples, int(cfg["prompt"]["k_demos"]))
+    demos = retrieved_demos(out, cfg, selection)
     llm = llm or load_llm(cfg["llm"], paths.models)
     budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
     prompts = {i: build_prompt(examples[i], [examples[d] for d in demos[i]], llm.tokenizer, cfg["prompt"], budget)

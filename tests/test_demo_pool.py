@@ -1,0 +1,110 @@
+"""``prompt.demo_pool``: demonstrations from the training split only, so no evaluation answer is in a prompt.
+
+STE repeats gold calls a lot (167 of its 350 validation and test calls have a gold call that some training
+call also has, e.g. ``get_today_date {}``), so "no evaluation answer in a prompt" is checked on what
+identifies a call: its query, shown with its answer as a demonstration turn.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mice_exp.cache import stable_hash
+from mice_exp.compose import as_plain, compose_config
+from mice_exp.data import demo_pool, select_examples
+from mice_exp.errors import UserError
+from mice_exp.llm.prompt import build_prompt, chat_messages, load_template
+from mice_exp.llm.records import read_records_file, read_records_header
+from mice_exp.llm.stage import retrieved_demos, stage_key
+from mice_exp.paths import PACKAGE_ROOT, Paths
+
+POOL_ALL = PACKAGE_ROOT / "experiments" / "records" / "ste-smollm2_135m-pool-all.jsonl.gz"
+
+
+def ste(*overrides: str) -> tuple[dict, object]:
+    cfg = as_plain(compose_config(["llm=smollm2_135m", *overrides]))
+    return cfg, select_examples(cfg["dataset"], Paths(root=PACKAGE_ROOT, cache=PACKAGE_ROOT / ".cache"))
+
+
+def shown_evaluation_calls(cfg: dict, selection, demos: dict[str, list[str]]) -> set[str]:
+    """Validation and test calls whose query appears in a demonstration turn of some prompt."""
+    by_id = {e.id: e for e in selection.examples}
+    evaluation = {e.query: e.id for e in selection.examples if selection.splits[e.id] != "train"}
+    template, system = load_template(cfg["prompt"]["template"]), load_template(cfg["prompt"]["system"])
+    shown = set()
+    for example in selection.examples:
+        messages = chat_messages(example, [by_id[d] for d in demos[example.id]], template, system)
+        for turn in messages[1:-1]:  # the demonstrations: the system turn and the query itself are not
+            shown |= {i for query, i in evaluation.items() if turn["content"] == f"User Query: {query}"}
+    return shown
+
+
+@pytest.fixture(scope="module")
+def demos_by_pool(tmp_path_factory) -> dict[str, tuple[dict, object, dict]]:
+    out = {}
+    for pool in ("train", "all"):
+        cfg, selection = ste(f"prompt.demo_pool={pool}")
+        out[pool] = cfg, selection, retrieved_demos(tmp_path_factory.mktemp(pool), cfg, selection)
+    return out
+
+
+def test_the_train_pool_shows_no_evaluation_call_in_any_prompt(demos_by_pool):
+    cfg, selection, demos = demos_by_pool["train"]
+    assert len(demos) == 750 and all(len(d) == 8 for d in demos.values())
+    assert {selection.splits[d] for ids in demos.values() for d in ids} == {"train"}
+    assert shown_evaluation_calls(cfg, selection, demos) == set()
+
+
+def test_the_all_pool_shows_evaluation_calls_as_the_published_records_did(demos_by_pool):
+    cfg, selection, demos = demos_by_pool["all"]
+    shown = shown_evaluation_calls(cfg, selection, demos)
+    assert len(shown) > 300  # nearly every one of the 350: what the train pool exists to prevent
+    assert all(i not in ids for i, ids in demos.items())  # never the call itself
+
+
+def test_the_all_pool_rebuilds_the_published_pool_all_prompts(demos_by_pool, tokenizer):
+    """``all`` keeps the old stage key (so old caches still match) and rebuilds every prompt of the
+    published pool-all records token for token: the same prompts give the same greedy records."""
+    cfg, selection, demos = demos_by_pool["all"]
+    header = read_records_header(POOL_ALL)
+    assert stage_key(cfg, selection, "cpu") == header["stage_key"]
+    assert f"smollm2_135m-{stable_hash(header['stage_key'])}" == header["stage_cache"]
+    by_id = {e.id: e for e in selection.examples}
+    budget = cfg["llm"]["context_window"] - cfg["llm"]["max_new_tokens"]
+    records = read_records_file(POOL_ALL).records
+    rebuilt = {r["id"]: stable_hash(build_prompt(by_id[r["id"]], [by_id[d] for d in demos[r["id"]]], tokenizer,
+                                                 cfg["prompt"], budget).ids) for r in records}
+    assert sum(rebuilt[r["id"]] == r["prompt_hash"] for r in records) == 750
+
+
+def test_the_pool_is_part_of_the_stage_key_and_train_is_the_default(demos_by_pool):
+    (train_cfg, selection, _), (all_cfg, _, _) = demos_by_pool["train"], demos_by_pool["all"]
+    assert as_plain(compose_config([]))["prompt"]["demo_pool"] == "train"
+    assert stage_key(train_cfg, selection, "cpu")["prompt"]["demo_pool"] == "train"
+    assert stage_key(train_cfg, selection, "cpu") != stage_key(all_cfg, selection, "cpu")
+
+
+def test_a_records_file_of_another_pool_is_refused_in_one_line():
+    with pytest.raises(UserError, match=r"written with demo_pool='all'; this run has prompt.demo_pool='train'") as error:
+        read_records_file(POOL_ALL, "ste", expect={"llm": "smollm2_135m", "demo_pool": "train"})
+    assert "\n" not in str(error.value)
+    with pytest.raises(UserError, match=r"written with llm='smollm2_135m'; this run has llm.name='gemma3_270m'"):
+        read_records_file(POOL_ALL, "ste", expect={"llm": "gemma3_270m", "demo_pool": "all"})
+    assert len(read_records_file(POOL_ALL, "ste", expect={"llm": "smollm2_135m", "demo_pool": "all"}).records) == 750
+
+
+def test_an_unknown_pool_is_one_line_listing_the_choices():
+    _, selection = ste()
+    with pytest.raises(UserError, match=r"prompt.demo_pool='test'; expected one of train, all"):
+        demo_pool(selection, "test")
+    from mice_exp.config import check_values
+
+    with pytest.raises(UserError, match=r"prompt.demo_pool='everything'; expected one of train, all"):
+        check_values(as_plain(compose_config(["prompt.demo_pool=everything"])))
+
+
+def test_a_pool_too_small_for_k_is_one_line(tmp_path):
+    cfg, selection = ste("dataset.max_apis=1")  # 8 training calls: a training call has 7 others
+    cfg["prompt"]["k_demos"] = 8
+    with pytest.raises(UserError, match="k=8 demonstrations requested but only 7 other examples are in the pool"):
+        retrieved_demos(tmp_path, cfg, selection)
