@@ -41,7 +41,7 @@ def converted_dir(source: Mapping[str, Any], models_cache: Path) -> Path:
             return target
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        scratch = models_cache / "gguf"
+        scratch = target.with_name(target.name + ".gguf")  # its own: another model's conversion removes its scratch
         gguf = gguf_path(source, scratch)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
