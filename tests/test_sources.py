@@ -15,7 +15,7 @@ from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.sources import (Prompts, agreement, compute_sources, load_source, option_token_ids, parse_percent,
-                                  prefill, shared_length, stage_sources)
+                                  prefill, semantic_confidence, shared_length, stage_sources)
 from mice_exp.llm.stage import run_llm_stage
 from mice_exp.llm.toolcall import parse_call
 from tests.test_llm_stage import paths_in, tiny_cfg
@@ -38,6 +38,16 @@ def test_consistency_counts_samples_equal_to_the_greedy_call():
                                        'Action: f\nAction Input: {"a":1}']]
     assert agreement(samples, greedy) == pytest.approx(2 / 3)
     assert agreement(samples, {"pred_api": None, "pred_args": None, "parse_error": "no 'Action:' line"}) == 0.0
+
+
+def test_semantic_entropy_clusters_equal_calls_and_keeps_unparseable_samples_apart():
+    same, other = 'Action: f\nAction Input: {"a": 1}', 'Action: f\nAction Input: {"a": 2}'
+    garbage = "I am not sure what to call."
+    assert semantic_confidence([parse_call(t) for t in [same, same, 'Action: f\nAction Input: {"a":1}']]) == 1.0
+    assert semantic_confidence([parse_call(t) for t in [same, other, garbage]]) == pytest.approx(0.0)
+    assert semantic_confidence([parse_call(t) for t in [garbage, garbage]]) == pytest.approx(0.0)  # never one cluster
+    two_one = -(2 / 3 * np.log(2 / 3) + 1 / 3 * np.log(1 / 3)) / np.log(3)
+    assert semantic_confidence([parse_call(t) for t in [same, other, same]]) == pytest.approx(1 - two_one)
 
 
 def test_self_consistency_samples_stop_a_margin_after_the_greedy_call():
@@ -66,7 +76,7 @@ def prompts_of(stage, llm, record):
 
 
 def test_every_source_is_computed_once_per_record_and_cached(stage, tiny_llm, monkeypatch):
-    names = ["p_true", "verbalized", "consistency", "acts"]
+    names = ["p_true", "verbalized", "consistency", "semantic_entropy", "acts"]
     folders = compute_sources(names, stage.cfg, stage.out, stage.examples, stage.demos, stage.records, tiny_llm)
     ids = [r["id"] for r in stage.records]
     for name in names:
@@ -75,7 +85,7 @@ def test_every_source_is_computed_once_per_record_and_cached(stage, tiny_llm, mo
         assert values.shape == (len(ids),) and ((finite >= 0) & (finite <= 1)).all()
     assert np.isfinite(load_source(folders["p_true"], ids)).all()
     assert set(load_source(folders["acts"], ids)) <= {0.0, 1.0}
-    for name in names:
+    for name in ("p_true", "verbalized", "sampled", "acts"):
         monkeypatch.setattr(sources, name, lambda *a, **k: pytest.fail("recomputed"))
     assert compute_sources(names, stage.cfg, stage.out, stage.examples, stage.demos, stage.records, tiny_llm) == folders
 
@@ -88,6 +98,19 @@ def test_consistency_only_on_the_splits_it_is_asked_for(stage, tiny_llm):
     values = load_source(folder, [r["id"] for r in stage.records])
     is_test = np.array([r["split"] == "test" for r in stage.records])
     assert is_test.any() and np.isfinite(values[is_test]).all() and np.isnan(values[~is_test]).all()
+
+
+def test_semantic_entropy_alone_later_reads_the_samples_consistency_read(stage, tiny_llm, tmp_path):
+    """Both sampled sources come from one seeded set of samples per batch, so computing semantic entropy
+    after self-consistency (another call, another cache folder) gives what computing both at once gives."""
+    ids = [r["id"] for r in stage.records]
+    together = compute_sources(["consistency", "semantic_entropy"], stage.cfg, tmp_path / "both", stage.examples,
+                               stage.demos, stage.records, tiny_llm)
+    alone = compute_sources(["semantic_entropy"], stage.cfg, tmp_path / "alone", stage.examples, stage.demos,
+                            stage.records, tiny_llm)
+    np.testing.assert_array_equal(load_source(alone["semantic_entropy"], ids),
+                                  load_source(together["semantic_entropy"], ids))
+    assert together["semantic_entropy"].name != together["consistency"].name
 
 
 def test_the_way_out_follows_the_query_so_every_variant_shares_the_prompt_up_to_it(stage, tiny_llm):

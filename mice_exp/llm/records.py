@@ -22,7 +22,7 @@ from mice_exp.errors import UserError
 
 FORMAT = "mice_exp.records"
 FORMAT_VERSION = 1
-SOURCES = ("p_true", "verbalized", "consistency", "acts")  # per-record signals beside raw confidence (llm/sources.py)
+SOURCES = ("p_true", "verbalized", "consistency", "semantic_entropy", "acts")  # per-record signals beside raw confidence (llm/sources.py)
 ARRAYS = ("first_token", "last_token", "mean_pool")  # per-record [L, d] states the stage pools
 # What a published record keeps: everything a feature view, protocol or report reads (token offsets
 # locate arguments in the text; lens token ids give per-argument lens agreement, ~0.2 MB gzipped per 750

@@ -6,6 +6,10 @@
   answers are recorded as missing (None), never guessed.
 - ``consistency``: k samples at a temperature; confidence = the fraction whose parsed call
   (API and argument JSON) equals the greedy call's.
+- ``semantic_entropy`` (Kuhn et al., 2023, for tool calls): the same k samples clustered by their parsed
+  call (equal API and arguments in one cluster, each unparseable sample alone); confidence = 1 - the
+  entropy of the cluster shares over its maximum, log k. Drawn with ``consistency``'s settings, so both
+  read one set of samples when computed together.
 - ``acts`` (Pal et al., 2026): the same prompt with a way out offered after the query (the wording
   is config) -- 1 if the model still calls an API, 0 if it takes the way out. Not a confidence: the
   behaviour that action-belief consistency compares with every confidence.
@@ -20,7 +24,9 @@ resumable like the LLM stage), keyed by the source's own settings.
 from __future__ import annotations
 
 import copy
+import json
 import re
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -38,13 +44,14 @@ from mice_exp.llm.capture import generate_ids, truncate
 from mice_exp.llm.model import LLM, load_llm
 from mice_exp.llm.prompt import chat_messages, encode, load_template, plain_text
 from mice_exp.llm.records import SOURCES, StageOutput
-from mice_exp.llm.stage import retrieved_demos
+from mice_exp.llm.stage import prompt_key, retrieved_demos
 from mice_exp.llm.toolcall import parse_call
 from mice_exp.paths import Paths
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 METHOD = "shared-prefix-1"  # how sources are computed; part of their cache key
-ORDER = ("p_true", "verbalized", "acts", "consistency")
+ORDER = ("p_true", "verbalized", "acts", "consistency", "semantic_entropy")
+SAMPLED = ("consistency", "semantic_entropy")  # one set of k samples serves both
 
 
 def option_token_ids(tokenizer: Any, option: str) -> list[int]:
@@ -65,6 +72,16 @@ def agreement(calls: Sequence[Any], record: Mapping[str, Any]) -> float:
     if record["parse_error"] is not None:
         return 0.0
     return float(np.mean([(c.api, c.args) == (record["pred_api"], record["pred_args"]) for c in calls]))
+
+
+def semantic_confidence(calls: Sequence[Any]) -> float:
+    """1 - normalised entropy of the samples' clusters of equal parsed calls (unparseable: one cluster each);
+    1 when every sample makes the same call, 0 when all k differ."""
+    if len(calls) < 2:
+        return 1.0
+    keys = [json.dumps([c.api, c.args], sort_keys=True) if c.parse_error is None else i for i, c in enumerate(calls)]
+    shares = np.array(list(Counter(keys).values()), dtype=np.float64) / len(keys)
+    return float(1.0 + np.sum(shares * np.log(shares)) / np.log(len(keys)))
 
 
 def _near_orders(demos: list[Any]) -> Iterator[list[Any]]:
@@ -153,13 +170,15 @@ def acts(llm: LLM, cache: DynamicCache, prompt: Sequence[int], abstain_api: str,
 
 
 @torch.inference_mode()
-def consistency(llm: LLM, cache: DynamicCache, prompt: Sequence[int], record: Mapping[str, Any], samples: int,
-                temperature: float, max_new_tokens: int) -> float:
-    """``samples`` continuations of the prompt from one cache repeated in place (not reusable after)."""
+def sampled(llm: LLM, cache: DynamicCache, prompt: Sequence[int], record: Mapping[str, Any], samples: int,
+            temperature: float, max_new_tokens: int) -> dict[str, float]:
+    """Self-consistency and semantic entropy of ``samples`` continuations of the prompt, from one cache
+    repeated in place (not reusable after)."""
     cache.batch_repeat_interleave(samples)
     out = generate_ids(llm, [prompt] * samples, max_new_tokens, past_key_values=cache, do_sample=True,
                        temperature=temperature, top_k=0, top_p=1.0)
-    return agreement([parse_call(t) for t in _texts(llm, out)], record)
+    calls = [parse_call(t) for t in _texts(llm, out)]
+    return {"consistency": agreement(calls, record), "semantic_entropy": semantic_confidence(calls)}
 
 
 def sample_budget(record: Mapping[str, Any], settings: Mapping[str, Any], llm_cfg: Mapping[str, Any]) -> int:
@@ -173,36 +192,43 @@ def sample_budget(record: Mapping[str, Any], settings: Mapping[str, Any], llm_cf
     return budget if extra is None else min(budget, len(record["token_ids"]) + int(extra))
 
 
+def settings_of(sources_cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """A source's settings: the sampled sources share ``sources.consistency``'s (one set of samples)."""
+    return sources_cfg["consistency" if name in SAMPLED else name]
+
+
 def source_dir(llm_dir: Path, name: str, settings: Mapping[str, Any], prompt_cfg: Mapping[str, Any]) -> Path:
-    key = {"settings": dict(settings), "prompt": dict(prompt_cfg), "method": METHOD}
+    key = {"settings": dict(settings), "prompt": prompt_key(prompt_cfg), "method": METHOD}
     return llm_dir / f"source-{name}-{stable_hash(key)}"
 
 
 def _call_values(llm: LLM, cfg: Mapping[str, Any], prompts: Prompts, names: Sequence[str]) -> dict[str, Any]:
-    """Every named source of one call, from one prefill of the prefix its prompts share."""
+    """Every named source of one call, from one prefill of the prefix its prompts share (and one set of
+    samples for those in :data:`SAMPLED`)."""
     settings = cfg["sources"]
     wanted = {"p_true": lambda: prompts.followup(settings["p_true"]["question"]),
               "verbalized": lambda: prompts.followup(settings["verbalized"]["question"]),
               "acts": lambda: prompts.with_note(settings["acts"]["instruction"]),
-              "consistency": lambda: prompts.original}
-    variants = {name: wanted[name]() for name in names}
+              "sampled": lambda: prompts.original}
+    steps = list(dict.fromkeys("sampled" if name in SAMPLED else name for name in names))
+    variants = {step: wanted[step]() for step in steps}
     start = shared_length(list(variants.values()))
-    shared = prefill(llm, variants[names[0]][:start])
+    shared = prefill(llm, variants[steps[0]][:start])
     values: dict[str, Any] = {}
-    for name in names:
-        cache = shared if name == names[-1] else copy.deepcopy(shared)
-        prompt = variants[name]
-        if name == "p_true":
-            values[name] = p_true(llm, cache, start, prompt)
-        elif name == "verbalized":
-            values[name] = verbalized(llm, cache, prompt, int(settings["verbalized"]["max_new_tokens"]))
-        elif name == "acts":
-            values[name] = acts(llm, cache, prompt, settings["acts"]["abstain_api"], int(settings["acts"]["max_new_tokens"]))
+    for step in steps:
+        cache = shared if step == steps[-1] else copy.deepcopy(shared)
+        prompt = variants[step]
+        if step == "p_true":
+            values[step] = p_true(llm, cache, start, prompt)
+        elif step == "verbalized":
+            values[step] = verbalized(llm, cache, prompt, int(settings["verbalized"]["max_new_tokens"]))
+        elif step == "acts":
+            values[step] = acts(llm, cache, prompt, settings["acts"]["abstain_api"], int(settings["acts"]["max_new_tokens"]))
         else:
-            values[name] = consistency(llm, cache, prompt, prompts.record, int(settings["consistency"]["samples"]),
-                                       float(settings["consistency"]["temperature"]),
-                                       sample_budget(prompts.record, settings["consistency"], cfg["llm"]))
-    return values
+            values |= sampled(llm, cache, prompt, prompts.record, int(settings["consistency"]["samples"]),
+                              float(settings["consistency"]["temperature"]),
+                              sample_budget(prompts.record, settings["consistency"], cfg["llm"]))
+    return {name: values[name] for name in names}
 
 
 def compute_sources(names: Sequence[str], cfg: Mapping[str, Any], llm_dir: Path, examples: Mapping[str, Any],
@@ -216,7 +242,7 @@ def compute_sources(names: Sequence[str], cfg: Mapping[str, Any], llm_dir: Path,
     if unknown:
         raise UserError(f"sources.use lists {unknown}; expected some of {', '.join(SOURCES)}")
     names = [n for n in ORDER if n in names]
-    folders = {n: source_dir(llm_dir, n, cfg["sources"][n], cfg["prompt"]) for n in names}
+    folders = {n: source_dir(llm_dir, n, settings_of(cfg["sources"], n), cfg["prompt"]) for n in names}
     size = int(cfg["llm"]["batch_size"])
     with ExitStack() as stack:
         for folder in folders.values():
@@ -229,7 +255,8 @@ def compute_sources(names: Sequence[str], cfg: Mapping[str, Any], llm_dir: Path,
             torch.manual_seed(int(cfg["sources"]["consistency"]["seed"]) + n)
             rows: dict[str, list[dict[str, Any]]] = {name: [] for name in todo}
             for record in records[lo:lo + size]:
-                mine = [name for name in todo if record["split"] in (cfg["sources"][name].get("splits") or [record["split"]])]
+                mine = [name for name in todo if record["split"] in (settings_of(cfg["sources"], name).get("splits")
+                                                                       or [record["split"]])]
                 values = _call_values(llm, cfg, record_prompts(llm, cfg, examples, demos, record), mine) if mine else {}
                 for name in todo:
                     rows[name].append({"id": record["id"], "value": values.get(name)})

@@ -39,10 +39,11 @@ DECIMALS = 3
 ESTIMATOR_NAMES = {"raw": "Raw Confidence", "hre": "HRE", "nwkr": "NWKR", "platt": "Platt Scaling",
                    "isotonic": "Isotonic", "temperature": "Temperature Scaling",
                    "mice_lr": "MICE LR", "mice_rf": "MICE RF",
-                   "p_true": "P(True)", "verbalized": "Verbalized", "consistency": "Self-consistency"}
+                   "p_true": "P(True)", "verbalized": "Verbalized", "consistency": "Self-consistency",
+                   "semantic_entropy": "Semantic entropy"}
 #: Row order inside a block: untrained confidences and reference calibrators first, MICE models
 #: last (as in Table 1).
-ESTIMATOR_ORDER = ("raw", "p_true", "verbalized", "consistency", "hre", "nwkr", "platt", "isotonic", "temperature")
+ESTIMATOR_ORDER = ("raw", "p_true", "verbalized", "consistency", "semantic_entropy", "hre", "nwkr", "platt", "isotonic", "temperature")
 MICE_ORDER = ("mice_lr", "mice_rf")
 #: Table 2: RF before LR, and the ablated feature sets before the full one.
 ABLATION_ESTIMATOR_ORDER = ("mice_rf", "mice_lr")
