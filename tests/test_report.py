@@ -352,21 +352,27 @@ def test_ablation_table_groups_rows_per_estimator(report):
 
 def test_csv_has_both_tables_and_fixed_columns(report, tmp_path):
     paths = report.write(tmp_path)
-    assert {p.name for p in paths} == {"results.md", "results.csv", "etcu_ste_llama3_8b_instruct.png",
+    assert {p.name for p in paths} == {"results.md", "results.csv", "predictions.csv", "etcu_ste_llama3_8b_instruct.png",
                                        "etcu_ste_llama3_1_8b_instruct.png", LOAO_FILE}
     assert all(p.stat().st_size > 0 for p in paths)
     frame = pd.read_csv(tmp_path / "results.csv", keep_default_na=False, na_values=[""])
     # Table 1's columns first, then each cell's 95% bootstrap interval (from the runs' predictions);
-    # the selective table adds PRR and AURC (and their styles) after them.
+    # the selective table adds PRR and AURC (and their styles) after them, the paper's-terms table its
+    # accuracy, auc-euro and gains over raw confidence and NWKR with their intervals.
     intervals = [f"{m}_{end}" for m in M for end in ("lo", "hi")]
-    assert list(frame.columns) == [*tables.COLUMNS, *intervals, "prr", "aurc", "prr_style", "aurc_style"]
+    gains = [f"gain_{m}_vs_{r}{end}" for r in ("raw", "nwkr") for m in ("smece", "auc_etcu") for end in ("", "_lo", "_hi")]
+    assert list(frame.columns) == [*tables.COLUMNS, *intervals, "prr", "aurc", "prr_style", "aurc_style", "n_test",
+                                   "accuracy", "auc_euro", *gains]
     assert frame.columns[:10].tolist() == ["table", "dataset", "llm", "llm_display", "row", "estimator",
                                           "protocol", "features", "source", "run_id"]
-    assert frame["table"].value_counts().to_dict() == {"table1": 15, "selective": 15, "ablation": 5}
+    assert frame["table"].value_counts().to_dict() == {"table1": 15, "selective": 15, "paper_terms": 15, "ablation": 5}
     rf = frame[(frame["table"] == "table1") & (frame["row"] == "MICE RF") & (frame["llm"] == "llama3_8b_instruct")]
     assert rf[list(M)].iloc[0].tolist() == pytest.approx(LLAMA3["mice_rf"])
     assert (rf["auc_etcu_lo"] <= rf["auc_etcu_hi"]).all()
     assert rf[["etcu_high_mark", "etcu_high_style"]].iloc[0].tolist() == ["*†", "bold"]
+    assert rf["etcu_high_p_hre"].iloc[0] < 0.05  # the p-value behind the mark, published beside it
+    long = pd.read_csv(tmp_path / "predictions.csv")
+    assert long.groupby("row").size().min() == 60 and set(long.columns) >= {"id", "confidence", "label", "run_id"}
 
 
 # ----------------------------------------------------------------------------- figures
@@ -424,7 +430,8 @@ def test_report_command_logs_a_report_run_and_writes_the_folder(filled, tmp_path
     assert len(store.client.search_runs([store.experiment_id], "tags.report = 'true'")) == 1
     logged = {a.path for a in store.client.list_artifacts(parent, "report")}
     assert "report/results.md" in logged and "report/etcu_ste_llama3_1_8b_instruct.png" in logged
-    assert "Llama3-8B" not in (tmp_path / "out" / "results.md").read_text()
+    ours = (tmp_path / "out" / "results.md").read_text().split("### The paper's own gains")[0]
+    assert "Llama3-8B" not in ours and "Llama3.1-8B" in ours  # only the sweep's runs (the paper's quoted below)
     assert (tmp_path / "out" / "results.csv").is_file()
 
 
@@ -543,3 +550,51 @@ def test_a_zero_shot_mark_never_sits_next_to_a_better_displayed_baseline():
     assert tables.significance_marks(zeroshot, "smece") == "*†"  # against its own baselines only
     assert tables.significance_marks(zeroshot, "smece", displayed) == ""
     assert tables.significance_marks(zeroshot | {"smece": 0.05}, "smece", displayed) == "*†"
+
+
+# ----------------------------------------------------------------------------- the paper's terms
+
+
+def test_gains_over_raw_and_nwkr_are_paired_bootstrap_differences():
+    from mice_exp.metrics import auc_etcu, smece
+    from mice_exp.report.paper_terms import paper_terms
+
+    frame = predictions(0, ["raw", "nwkr", "mice_rf"], n=120)
+    table = pd.DataFrame({"table": "table1", "dataset": "ste", "llm": "x", "row": ["Raw", "NWKR", "MICE RF"],
+                          "estimator": ["raw", "nwkr", "mice_rf"], "protocol": "holdout", "features": "bertscore",
+                          "run_id": "r1"})
+    terms = paper_terms(table, lambda run_id: frame, n_resamples=200).set_index("estimator")
+    y = frame["label"].to_numpy()
+    rf, raw = frame["p_mice_rf"].to_numpy(), frame["p_raw"].to_numpy()
+    assert terms.loc["mice_rf", "gain_smece_vs_raw"] == pytest.approx(smece(raw, y) - smece(rf, y))
+    assert terms.loc["mice_rf", "gain_auc_etcu_vs_raw"] == pytest.approx(auc_etcu(rf, y) - auc_etcu(raw, y))
+    for ref in ("raw", "nwkr"):
+        for metric in ("smece", "auc_etcu"):
+            name = f"gain_{metric}_vs_{ref}"
+            low, point, high = terms.loc["mice_rf", [f"{name}_lo", name, f"{name}_hi"]]
+            assert low < point < high
+            assert terms.loc[ref, [f"{name}_lo", name, f"{name}_hi"]].tolist() == [0, 0, 0]  # against itself
+    assert terms.loc["raw", "accuracy"] == pytest.approx(y.mean())
+
+
+def test_a_row_scored_on_other_labels_gets_no_gain():
+    from mice_exp.report.paper_terms import paper_terms
+
+    table = pd.DataFrame({"table": "table1", "dataset": "ste", "llm": "x", "row": ["Raw", "MICE RF"],
+                          "estimator": ["raw", "mice_rf"], "protocol": "holdout", "features": "bertscore",
+                          "run_id": ["r1", "r2"]})
+    runs = {"r1": predictions(0, ["raw"]), "r2": predictions(1, ["mice_rf"])}
+    terms = paper_terms(table, runs.get, n_resamples=50).set_index("estimator")
+    assert np.isnan(terms.loc["mice_rf", "gain_auc_etcu_vs_raw"]) and terms.loc["raw", "gain_auc_etcu_vs_raw"] == 0
+
+
+def test_the_papers_implied_accuracy_follows_from_raw_confidences_low_risk_utility():
+    from mice_exp.metrics import LOW, etcu
+    from mice_exp.report.paper_terms import implied_accuracy, paper_gains
+
+    y = np.array([1] * 42 + [0] * 58)
+    assert implied_accuracy(etcu(np.ones(100), y, LOW)) == pytest.approx(0.42)  # executing every call
+    gains = paper_gains().set_index(["llm", "estimator"])
+    assert gains.loc[("Llama3-8B-Instruct", "mice_rf"), "implied_accuracy"] == pytest.approx(0.4159)
+    assert gains.loc[("Llama3-8B-Instruct", "mice_rf"), "gain_auc_etcu_vs_raw"] == pytest.approx(0.143)
+    assert gains.loc[("Llama3.2-3B-Instruct", "mice_lr"), "gain_smece_vs_nwkr"] == pytest.approx(0.002)

@@ -44,6 +44,7 @@ from mice_exp.report.collect import (
 )
 from mice_exp.report.extras import Section, extra_sections
 from mice_exp.report.intervals import add_intervals
+from mice_exp.report.paper_terms import long_predictions, paper_terms, paper_terms_markdown
 from mice_exp.report.selective import selective_markdown, selective_table
 from mice_exp.tracking.schema import PARENT_TAG, REPORT_TAG, SWEEP_TAG
 
@@ -52,6 +53,7 @@ logger = logging.getLogger(__name__)
 ARTIFACT_DIR = "report"
 MARKDOWN_FILE = "results.md"
 CSV_FILE = "results.csv"
+PREDICTIONS_FILE = "predictions.csv"  # every Table-1 row's test predictions, one line per (row, call)
 REPORT_RUN_NAME = "report"
 
 
@@ -70,10 +72,13 @@ class Report:
     #: Experiment of every run read, tables' or extras' (where the report run goes), most used first.
     experiment_ids: list[str] = field(default_factory=list)
     n_jobs: int = 0  # FINISHED job runs read (tables and extra sections)
+    paper_terms: pd.DataFrame = field(default_factory=pd.DataFrame)  # gains over raw / NWKR, euro, accuracy
+    predictions: pd.DataFrame = field(default_factory=pd.DataFrame)  # long: one line per (Table-1 row, call)
 
     @property
     def csv(self) -> pd.DataFrame:
-        frames = [tables.results_csv(self.table1, self.ablation), self.selective, *(s.frame for s in self.extras)]
+        frames = [tables.results_csv(self.table1, self.ablation), self.selective, self.paper_terms,
+                  *(s.frame for s in self.extras)]
         return pd.concat([f for f in frames if not f.empty] or frames[:1], ignore_index=True)
 
     @property
@@ -90,6 +95,8 @@ class Report:
         ]
         if not self.selective.empty:
             parts.append(selective_markdown(self.selective))
+        if not self.paper_terms.empty:
+            parts.append(paper_terms_markdown(self.paper_terms, self.table1))
         etcu = [name for name in self.figures if name != plots.LOAO_FILE]
         if etcu or plots.LOAO_FILE in self.figures:
             parts.append("## Figures")
@@ -111,6 +118,9 @@ class Report:
         written = [folder / MARKDOWN_FILE, folder / CSV_FILE]
         written[0].write_text(self.markdown, encoding="utf-8")
         self.csv.to_csv(written[1], index=False)
+        if not self.predictions.empty:
+            written.append(folder / PREDICTIONS_FILE)
+            self.predictions.to_csv(written[-1], index=False)
         for name, fig in self.all_figures().items():
             fig.savefig(folder / name, dpi=150, bbox_inches="tight")
             written.append(folder / name)
@@ -140,6 +150,8 @@ def build_report(client, experiment: str | None = DEFAULT_EXPERIMENT, sweep: str
         with Predictions(client) as predictions:
             report.figures.update(plots.etcu_figures(table, predictions))
             report.table1 = add_intervals(report.table1, predictions)
+            report.predictions = long_predictions(report.table1, predictions)
+            report.paper_terms = paper_terms(report.table1, predictions)
             report.ablation = add_intervals(report.ablation, predictions)
         panels = plots.loao_pairs(table)
         if panels:

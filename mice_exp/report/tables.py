@@ -56,7 +56,10 @@ TABLE1_PROTOCOLS = ("holdout", "loao")
 TABLE1, ABLATION = "table1", "ablation"
 ID_COLUMNS = ("table", "dataset", "llm", "llm_display", "row", "estimator", "protocol", "features",
               "source", "run_id")
-COLUMNS = (*ID_COLUMNS, *METRICS, *(f"{m}_mark" for m in METRICS), *(f"{m}_style" for m in METRICS))
+#: The p-value behind each mark (``<metric>_p_<ref>``: the run's permutation test against its own reference
+#: row; a significant test drew every permutation, so a marked cell's p is the full test's).
+PVALUE_COLUMNS = tuple(f"{m}_p_{ref}" for m in METRICS for ref in MARKS)
+COLUMNS = (*ID_COLUMNS, *METRICS, *(f"{m}_mark" for m in METRICS), *(f"{m}_style" for m in METRICS), *PVALUE_COLUMNS)
 
 CAPTION_TABLE1 = (
     "Lower smECE is better, while higher tool-calling utility is better. **Bold**: best, "
@@ -170,6 +173,9 @@ def _row(table: str, record: RunRecord, row: str, estimator: str, protocol: str,
         value = values.get(m)
         out[m] = float(value) if _finite(value) else math.nan
         out[f"{m}_mark"] = marks.get(m, "")
+        for ref in MARKS:
+            p = record.metrics.get(pvalue_key(m, ref)) if source == "run" else None
+            out[f"{m}_p_{ref}"] = float(p) if _finite(p) else math.nan
     return out
 
 
