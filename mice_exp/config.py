@@ -47,6 +47,11 @@ DEMO_POOLS = ("train", "all")  # data.DEMO_POOLS, for the same reason
 DEMO_POOL: Rule = (lambda v: v in DEMO_POOLS, f"one of {', '.join(DEMO_POOLS)}")
 SPLITS: Rule = (lambda v: v is None or (isinstance(v, list) and bool(v) and set(v) <= set(SPLIT_NAMES)),
                 f"null or a non-empty list of {', '.join(SPLIT_NAMES)}")
+BFCL_CATEGORIES = ("simple_python", "multiple", "live_simple", "live_multiple",  # data.bfcl.CATEGORIES
+                   "irrelevance", "live_irrelevance", "live_relevance")
+CATEGORIES: Rule = (lambda v: isinstance(v, list) and bool(v) and set(v) <= set(BFCL_CATEGORIES),
+                    f"a non-empty list of {', '.join(BFCL_CATEGORIES)}")
+OPTIONAL_TEXT: Rule = (lambda v: v is None or (isinstance(v, str) and bool(v.strip())), "null or a non-empty string")
 
 #: Dotted key -> rule; a key absent from the composed config (another group's option) is skipped.
 RULES: dict[str, Rule] = {
@@ -61,7 +66,9 @@ RULES: dict[str, Rule] = {
     "retrieval.device": DEVICES,
     "prompt.k_demos": NON_NEGATIVE_INT,
     "prompt.demo_pool": DEMO_POOL,
+    "prompt.no_call_note": OPTIONAL_TEXT,
     "dataset.seed": INTEGER,
+    "dataset.categories": CATEGORIES,
     "dataset.max_apis": OPTIONAL_POSITIVE_INT,
     "dataset.max_per_api": OPTIONAL_POSITIVE_INT,
     "features.components": POSITIVE_INT,

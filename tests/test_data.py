@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from mice_exp.data import load_dataset
-from mice_exp.data.bfcl import CATEGORIES, load_bfcl
+from mice_exp.data.bfcl import CALL_CATEGORIES, load_bfcl
 from mice_exp.cache import file_sha256
 from mice_exp.data.jsonl import load_jsonl
 from mice_exp.data.labels import argument_labels, is_correct
@@ -111,7 +111,7 @@ def test_ste_malformed_files_name_the_file_and_example(tmp_path: Path) -> None:
 
 
 def test_bfcl_loads_its_four_categories_and_accepts_its_own_gold() -> None:
-    examples = load_bfcl(CATEGORIES)
+    examples = load_bfcl(CALL_CATEGORIES)
     # 4 entries with unsatisfiable gold are left out (live_simple 106/112, live_multiple 862/964).
     assert Counter(e.api for e in examples) == {
         "simple_python": 400,

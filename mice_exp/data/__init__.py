@@ -70,12 +70,11 @@ class Selection:
 
 
 def demo_pool(selection: Selection, pool: str) -> list[Example]:
-    """The examples demonstrations are retrieved from under ``prompt.demo_pool=pool``."""
+    """The examples demonstrations are retrieved from under ``prompt.demo_pool=pool``; never one with
+    no demonstration (``demo == ""``: BFCL's live_relevance, which has no gold call to show)."""
     if pool not in DEMO_POOLS:
         raise UserError(f"prompt.demo_pool={pool!r}; expected one of {', '.join(DEMO_POOLS)}")
-    if pool == "all":
-        return list(selection.examples)
-    return [e for e in selection.examples if selection.splits[e.id] == "train"]
+    return [e for e in selection.examples if e.demo and (pool == "all" or selection.splits[e.id] == "train")]
 
 
 def select_examples(dataset_cfg: Mapping[str, Any], paths: Any) -> Selection:

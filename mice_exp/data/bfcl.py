@@ -1,9 +1,26 @@
-"""Load BFCL's single-call categories from the installed ``bfcl-eval`` package's data.
+"""Load BFCL's single-call and relevance categories from the installed ``bfcl-eval`` package's data.
 
 Each category file is JSON lines: ``{"id", "question": [[{"role", "content"}, ...]],
-"function": [schema, ...]}``, and ``possible_answer/<same name>`` holds ``{"id",
-"ground_truth": [{name: {param: [acceptable values]}}]}``. bfcl_eval itself is never
-imported: its dependencies are not installed.
+"function": [schema, ...]}``. For the single-call categories (:data:`CALL_CATEGORIES`),
+``possible_answer/<same name>`` holds ``{"id", "ground_truth": [{name: {param: [acceptable
+values]}}]}``. The relevance categories (:data:`RELEVANCE_CATEGORIES`) have no possible-answer
+file: BFCL asks only whether the reply makes a call at all. bfcl_eval itself is never imported:
+its dependencies are not installed.
+
+How BFCL scores the relevance categories (bfcl-eval 2026.3.23): ``evaluate_task`` in
+``bfcl_eval/eval_checker/eval_runner.py`` sends every category for which
+``bfcl_eval/utils.py: is_relevance_or_irrelevance`` holds to ``relevance_file_runner``, without
+loading a possible answer. Its ``_evaluate_single_relevance_entry`` decodes the reply with the
+handler's ``decode_ast`` (prompting models: ``bfcl_eval/model_handler/utils.py:
+default_decode_ast_prompting``); the reply "contains a function call" iff that decoding succeeds
+and ``is_empty_output`` (``bfcl_eval/utils.py``) is false, i.e. it gives a non-empty list of
+``{name: {args}}`` (a call without arguments counts; ``[]`` and ``[{}]`` do not). ``irrelevance``
+and ``live_irrelevance`` pass iff the reply contains no call; ``live_relevance`` passes iff it
+contains one. Neither the function name nor the arguments are checked: any call, even to a
+function the entry does not offer, passes live_relevance and fails the irrelevance categories.
+Here a reply's call is what :func:`mice_exp.llm.toolcall.parse_call` parses (an ``Action:`` name
+and a JSON object after ``Action Input:``); a reply it cannot parse has no call, as a reply
+BFCL's decoder rejects has none (:func:`mice_exp.data.labels.is_correct`).
 """
 
 from __future__ import annotations
@@ -19,8 +36,18 @@ from mice_exp.errors import UserError
 from mice_exp.packages import package_dir
 
 # Categories with one expected call, checked by BFCL's Python AST rules.
-CATEGORIES = ("simple_python", "multiple", "live_simple", "live_multiple")
+CALL_CATEGORIES = ("simple_python", "multiple", "live_simple", "live_multiple")
+# Categories that ask whether to call at all: category -> whether a call is expected.
+RELEVANCE_CATEGORIES = {"irrelevance": False, "live_irrelevance": False, "live_relevance": True}
+CATEGORIES = CALL_CATEGORIES + tuple(RELEVANCE_CATEGORIES)
 FILE_PREFIX = "BFCL_v4_"
+#: The demonstration of a query no tool fits (irrelevance, live_irrelevance): a reply with no call,
+#: saying so, as BFCL's prompt asks ("If none of the functions can be used, point it out").
+NO_CALL_DEMO = "None of the given tools can answer this query, so no tool is called."
+#: The demo of a live_relevance query: none. BFCL accepts any call there and gives no gold call, so
+#: there is no right reply to show; ``demo == ""`` keeps the example out of the demonstration pool
+#: (:func:`mice_exp.data.demo_pool`), as a gate's queries are.
+NO_DEMO = ""
 
 
 def bfcl_data_dir() -> Path:
@@ -32,10 +59,19 @@ def load_bfcl(categories: Sequence[str]) -> list[Example]:
     """Examples of ``categories`` in the given order, each in file order.
 
     ``api`` is the category. The query joins the turn's messages (a system message
-    first, where BFCL gives one, as it carries facts the call needs). An entry whose gold
-    can never be met under BFCL's rules is left out: a gold parameter the function does
-    not declare, or one with no acceptable value (four in BFCL v4: live_simple 106 and
-    112, live_multiple 862 and 964).
+    first, where BFCL gives one, as it carries facts the call needs). Left out:
+
+    * an entry whose gold can never be met under BFCL's rules: a gold parameter the
+      function does not declare, or one with no acceptable value (four in BFCL v4:
+      live_simple 106 and 112, live_multiple 862 and 964);
+    * a live_irrelevance entry whose question holds an earlier assistant message (eight:
+      125, 132, 292, 296, 298, 547, 549 and 553, e.g. "Book me a ticket ...", the
+      assistant's refusal, "... usiong tools"): a prompt here has one user query per
+      example, and joining the turns would show the assistant's words as the user's.
+
+    The relevance categories' gold is ``{"call_expected": bool}`` (see the module
+    docstring); the four live_irrelevance entries that offer no function at all (120-123)
+    are kept, as in BFCL: their tools read ``[]`` and any call is wrong.
     """
     if isinstance(categories, str) or not categories:
         raise UserError(f"dataset.categories={categories!r}: expected a non-empty list of {list(CATEGORIES)}")
@@ -48,12 +84,13 @@ def load_bfcl(categories: Sequence[str]) -> list[Example]:
     examples = []
     for category in categories:
         questions = _read_json_lines(folder / f"{FILE_PREFIX}{category}.json")
-        answer_file = folder / "possible_answer" / f"{FILE_PREFIX}{category}.json"
-        answers = {a["id"]: a["ground_truth"] for a in _read_json_lines(answer_file)}
-        for index, entry in enumerate(questions):
-            example = _example(category, index, entry, answers[entry["id"]])
-            if example is not None:
-                examples.append(example)
+        if category in RELEVANCE_CATEGORIES:  # no possible-answer file
+            made = (_relevance_example(category, index, entry) for index, entry in enumerate(questions))
+        else:
+            answer_file = folder / "possible_answer" / f"{FILE_PREFIX}{category}.json"
+            answers = {a["id"]: a["ground_truth"] for a in _read_json_lines(answer_file)}
+            made = (_example(category, index, entry, answers[entry["id"]]) for index, entry in enumerate(questions))
+        examples += [example for example in made if example is not None]
     return examples
 
 
@@ -86,6 +123,25 @@ def _example(category: str, index: int, entry: dict[str, Any], ground_truth: lis
         tool_names=tuple(f["name"] for f in functions),
         gold={"name": name, "parameters": parameters, "possible_answer": possible},
         demo=format_demo(name, canonical_arguments(parameters, possible)),
+    )
+
+
+def _relevance_example(category: str, index: int, entry: dict[str, Any]) -> Example | None:
+    """One Example of a relevance category, or None when its question holds an assistant message."""
+    (turn,) = entry["question"]  # these categories are single-turn
+    if any(message["role"] == "assistant" for message in turn):
+        return None
+    functions = entry["function"]
+    call_expected = RELEVANCE_CATEGORIES[category]
+    return Example(
+        id=f"bfcl/{category}/{index}",
+        dataset="bfcl",
+        api=category,
+        query="\n\n".join(message["content"].strip() for message in turn),
+        tools=json.dumps(functions, indent=4, ensure_ascii=False),
+        tool_names=tuple(f["name"] for f in functions),
+        gold={"call_expected": call_expected},
+        demo=NO_DEMO if call_expected else NO_CALL_DEMO,
     )
 
 

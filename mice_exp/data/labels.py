@@ -9,13 +9,20 @@ from mice_exp.data.records import Example
 
 
 def is_correct(example: Example, api: str | None, args: dict[str, Any] | None) -> bool:
-    """Label one generated call; ``None`` (an unparseable generation) is never correct.
+    """Label one generated call; ``None`` (an unparseable generation) is never correct, except
+    where no call is the right answer.
 
     STE and jsonl follow the MICE paper: the call must exactly match the gold, i.e. the
     same API and the same parsed arguments (see :func:`json_equal`). BFCL uses its own
-    possible-answer rules (:mod:`mice_exp.data.bfcl_checker`).
+    possible-answer rules (:mod:`mice_exp.data.bfcl_checker`); its relevance categories
+    (gold ``{"call_expected": bool}``) ask only whether a call parsed, whatever its name and
+    arguments: irrelevance is right iff none did, live_relevance iff one did (BFCL's
+    ``relevance_file_runner``, see :mod:`mice_exp.data.bfcl`).
     """
-    if api is None or args is None:
+    called = api is not None and args is not None
+    if (expected := call_expected(example)) is not None:
+        return called == expected
+    if not called:
         return False
     if example.dataset == "bfcl":
         return check_call(example.gold, api, args)
@@ -24,16 +31,26 @@ def is_correct(example: Example, api: str | None, args: dict[str, Any] | None) -
     raise ValueError(f"no labeler for dataset {example.dataset!r} (example {example.id})")
 
 
+def call_expected(example: Example) -> bool | None:
+    """Where the label asks only whether a call is made (BFCL's relevance categories), whether one is
+    expected; None where a gold call is checked."""
+    return example.gold.get("call_expected") if example.dataset == "bfcl" else None
+
+
 def gold_api(example: Example) -> str | None:
-    """The API the gold call names (None for a query without gold, as the gate's)."""
+    """The API the gold call names (None for a query without gold, as the gate's, or without a gold
+    call, as BFCL's relevance categories)."""
     return example.gold.get("name" if example.dataset == "bfcl" else "action")
 
 
 def argument_labels(example: Example, args: dict[str, Any]) -> dict[str, bool]:
     """Whether each given argument of a call to the gold API is right, by the same rule as
     :func:`is_correct`: STE and jsonl, the value equals the gold's; BFCL, the argument passes the
-    checker's per-parameter rules. Arguments the call leaves out have no span, so no label.
+    checker's per-parameter rules. Arguments the call leaves out have no span, so no label; nor
+    has any argument where there is no gold call (BFCL's relevance categories): ``{}``.
     """
+    if call_expected(example) is not None:
+        return {}
     if example.dataset == "bfcl":
         return {name: check_argument(example.gold, name, value) for name, value in args.items()}
     if example.dataset in ("ste", "jsonl"):

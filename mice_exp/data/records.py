@@ -23,7 +23,8 @@ class Example:
     tools: str  # tool descriptions exactly as shown in the prompt
     tool_names: tuple[str, ...]  # names allowed after "Action:"
     gold: Any  # dataset-specific gold (JSON-serialisable)
-    demo: str  # the gold call as a demonstration: 'Action: <api>\nAction Input: <json>'
+    demo: str  # the gold call as a demonstration: 'Action: <api>\nAction Input: <json>' (BFCL's irrelevance:
+    #            a reply with no call); "" when the example cannot serve as one (kept out of the demo pool)
 
 
 def format_demo(action: str, action_input: str | dict[str, Any]) -> str:

@@ -221,7 +221,8 @@ class Gate:
         prompts = {}
         if examples:
             llm, k = self.llm(), int(self.prompt_cfg["k_demos"])
-            demos = rank_demos(list(examples.values()), k, self.encoder(), pool=self.pool)
+            demos = (rank_demos(list(examples.values()), k, self.encoder(), pool=self.pool) if k
+                     else {e.id: [] for e in examples.values()})  # zero-shot
             by_id = {e.id: e for e in self.pool}
             budget = int(self.llm_cfg["context_window"]) - int(self.llm_cfg["max_new_tokens"])
             for i, example in examples.items():

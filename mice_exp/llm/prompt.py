@@ -4,7 +4,8 @@ The prompt shows STE's instructions with the API descriptions of the gold API an
 the demonstrations' APIs, then k retrieved demonstrations (least similar first, so the
 most similar sits next to the query), then the query. Models with a chat template get
 the demonstrations as earlier user / assistant turns, so the reply imitates their
-format; base models get the same content as one text.
+format; base models get the same content as one text. ``prompt.no_call_note`` (BFCL's
+relevance categories) adds the offer to answer without a call to the system text.
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ def load_template(name: str) -> str:
             return handle.read()
     except OSError:
         raise UserError(f"prompt template {name!r} not found; expected a file in mice_exp/llm/templates or a path") from None
+
+
+def system_prompt(cfg: Mapping[str, Any]) -> str:
+    """The system text of ``cfg`` (a ``conf/prompt`` node): the ``system`` template, then
+    ``no_call_note`` when set, in the same paragraph, as BFCL's prompting mode says it
+    ("If none of the functions can be used, point it out.", ``bfcl_eval/constants/default_prompts.py``);
+    null (the default) leaves the system text as it always was."""
+    system = load_template(cfg["system"]).strip()
+    note = cfg.get("no_call_note")
+    return f"{system} {note.strip()}" if note else system
 
 
 def _unique(items: Sequence[str]) -> list[str]:
@@ -83,7 +94,7 @@ def encode(tokenizer: Any, example: Any, demos: Sequence[Any], template: str, sy
 def build_prompt(example: Any, demos: Sequence[Any], tokenizer: Any, cfg: Mapping[str, Any], budget: int) -> Prompt:
     """Encode ``example`` with ``demos`` (most similar first), dropping the least similar until it fits ``budget`` tokens."""
     template = load_template(cfg["template"])
-    system = load_template(cfg["system"]).strip()
+    system = system_prompt(cfg)
     chat = bool(cfg.get("chat_template", True)) and bool(getattr(tokenizer, "chat_template", None))
     kept = list(demos)
     while True:

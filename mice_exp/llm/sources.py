@@ -42,7 +42,7 @@ from mice_exp.data import select_examples
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids, truncate
 from mice_exp.llm.model import LLM, load_llm
-from mice_exp.llm.prompt import chat_messages, encode, load_template, plain_text
+from mice_exp.llm.prompt import chat_messages, encode, load_template, plain_text, system_prompt
 from mice_exp.llm.records import SOURCES, StageOutput
 from mice_exp.llm.stage import prompt_key, retrieved_demos
 from mice_exp.llm.toolcall import parse_call
@@ -99,7 +99,7 @@ class Prompts:
     def __init__(self, llm: LLM, cfg: Mapping[str, Any], example: Any, demos: Sequence[Any], record: Mapping[str, Any]):
         self.llm, self.example, self.record = llm, example, record
         self.template = load_template(cfg["prompt"]["template"])
-        self.system = load_template(cfg["prompt"]["system"]).strip()
+        self.system = system_prompt(cfg["prompt"])
         self.chat = bool(cfg["prompt"].get("chat_template", True)) and llm.has_chat_template
         for order in _near_orders(list(demos)):
             self.demos = order

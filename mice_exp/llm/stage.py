@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from mice_exp.cache import (read_intact, read_json, read_jsonl, read_npz, stable_hash, write_guard, write_json,
                             write_jsonl, write_npz)
 from mice_exp.data import Example, Selection, demo_pool, select_examples
-from mice_exp.data.labels import is_correct
+from mice_exp.data.labels import call_expected, is_correct
 from mice_exp.data.retrieval import SentenceEncoder, rank_demos
 from mice_exp.llm.capture import Generation, generate_batch
 from mice_exp.llm.headroom import Headroom
@@ -45,9 +45,10 @@ def stage_key(cfg: Mapping[str, Any], selection: Selection, device: str) -> dict
     """Everything that changes the stage's output, and nothing else."""
     return {
         "version": STAGE_VERSION,
-        # max_per_api only when set: caches written before it existed keep their keys
+        # max_per_api only when set: caches written before it existed keep their keys; no_call_note is only
+        # prompt.no_call_note's default, hashed there
         "dataset": {k: v for k, v in cfg["dataset"].items()
-                    if k not in ("path", "url") and not (k == "max_per_api" and v is None)},
+                    if k not in ("path", "url", "no_call_note") and not (k == "max_per_api" and v is None)},
         "examples": stable_hash([(e.id, e.query, e.tools, e.demo) for e in selection.examples]),
         "splits": stable_hash(sorted(selection.splits.items())),
         "retrieval": dict(cfg["retrieval"]),
@@ -59,8 +60,10 @@ def stage_key(cfg: Mapping[str, Any], selection: Selection, device: str) -> dict
 
 def prompt_key(prompt: Mapping[str, Any]) -> dict[str, Any]:
     """The prompt settings a stage's key hashes: ``demo_pool=all`` (every record made before the pool
-    existed) is left out, so those caches and records files keep their keys."""
-    return {k: v for k, v in prompt.items() if not (k == "demo_pool" and v == "all")}
+    existed) and a null ``no_call_note`` (every record made before the note existed) are left out, so
+    those caches and records files keep their keys."""
+    return {k: v for k, v in prompt.items()
+            if not (k == "demo_pool" and v == "all") and not (k == "no_call_note" and v is None)}
 
 
 def stage_dir(cfg: Mapping[str, Any], paths: Paths, selection: Selection) -> tuple[Path, dict[str, Any]]:
@@ -128,6 +131,8 @@ def retrieved_demos(out: Path, cfg: Mapping[str, Any], selection: Selection) -> 
     if cached is not None:
         return cached
     k, pool_name = int(cfg["prompt"]["k_demos"]), cfg["prompt"].get("demo_pool", "all")
+    if k == 0:  # zero-shot: nothing to retrieve
+        return {e.id: [] for e in selection.examples}
     pool = demo_pool(selection, pool_name)
     if pool_name == "train":
         short = sorted({e.api for e in pool} | {e.api for e in selection.examples})
@@ -182,6 +187,10 @@ def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Pa
     from mice_exp.llm.model import load_llm
 
     examples = {e.id: e for e in selection.examples}
+    if cfg["prompt"].get("no_call_note") is None and any(call_expected(e) is not None for e in examples.values()):
+        log.warning("dataset.categories include BFCL's relevance categories, where no call may be the right "
+                    "answer, but prompt.no_call_note is null: the prompt does not say so (dataset=bfcl_relevance "
+                    "sets BFCL's sentence)")
     demos = retrieved_demos(out, cfg, selection)
     llm = llm or load_llm(cfg["llm"], paths.models)
     budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
