@@ -45,7 +45,7 @@ def main(llm_name: str, n: int) -> None:
         prompt = Prompts(llm, cfg, examples[record["id"]], kept, record).original
         cache = prefill(llm, prompt[:-1])
         cache.batch_repeat_interleave(int(settings["samples"]))
-        out = generate_ids(llm, [prompt] * int(settings["samples"]), budget, past_key_values=cache, do_sample=True,
+        out = generate_ids(llm, [prompt] * int(settings["samples"]), budget, cache=cache, do_sample=True,
                            temperature=float(settings["temperature"]), top_k=0, top_p=1.0)
         cap = len(record["token_ids"]) + int(settings["extra_tokens"])
         full = [truncate(llm.tokenizer, row.tolist(), llm.eos_ids()) for row in out]

@@ -135,7 +135,7 @@ def test_continuing_a_shared_prefix_gives_what_the_whole_prompt_gives(stage, tin
     whole = sources.p_true(tiny_llm, prefill(tiny_llm, []), 0, full)
     assert shared == pytest.approx(whole, abs=1e-5)
     plain = generate_ids(tiny_llm, [full], max_new_tokens=6)
-    continued = generate_ids(tiny_llm, [full], max_new_tokens=6, past_key_values=prefill(tiny_llm, full[:start]))
+    continued = generate_ids(tiny_llm, [full], max_new_tokens=6, cache=prefill(tiny_llm, full[:start]))
     assert continued[0].tolist() == plain[0].tolist()
 
 
@@ -145,7 +145,7 @@ def test_samples_share_one_prefill_and_match_plain_generation(tiny_llm):
     plain = generate_ids(tiny_llm, [prompt], max_new_tokens=6)
     cache = prefill(tiny_llm, prompt[:-1])
     cache.batch_repeat_interleave(3)
-    shared = generate_ids(tiny_llm, [prompt] * 3, max_new_tokens=6, past_key_values=cache)
+    shared = generate_ids(tiny_llm, [prompt] * 3, max_new_tokens=6, cache=cache)
     assert all(row.tolist() == plain[0].tolist() for row in shared)
 
 

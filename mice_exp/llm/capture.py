@@ -157,12 +157,12 @@ def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.devic
     return ids.to(device), mask.to(device)
 
 
-def generate_ids(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int, past_key_values: Any = None,
+def generate_ids(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int, cache: Any = None,
                  **sampling) -> torch.Tensor:
     """Generated ids (prompt removed) under the tool-call stopping rule; greedy unless ``sampling`` says otherwise.
 
     A fresh GenerationConfig keeps the model's own defaults (temperature, top-k, penalties) out.
-    ``past_key_values``, a cache of a prefix of every prompt, skips re-encoding that prefix.
+    ``cache``, a cache of a prefix of every prompt, skips re-encoding that prefix.
     """
     ids, mask = _left_pad(prompts, llm.tokenizer.pad_token_id, llm.device)
     config = GenerationConfig(**({"do_sample": False} | sampling), max_new_tokens=max_new_tokens, num_beams=1,
@@ -170,7 +170,7 @@ def generate_ids(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int
     rows = len(prompts) * int(sampling.get("num_return_sequences", 1))
     stop = StoppingCriteriaList([_StopAtCall(llm.tokenizer, ids.shape[1], rows)])
     out = llm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stop,
-                             past_key_values=past_key_values)
+                             cache=cache)
     return out[:, ids.shape[1]:]
 
 
@@ -215,7 +215,7 @@ def generate_batch(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: i
     recorder = _Recorder(llm.n_layers)
     cache = reserved_cache(llm, max(len(p) for p in prompts) + max_new_tokens) if reserve else None
     with _hooks(llm, recorder):
-        generated = generate_ids(llm, prompts, max_new_tokens, past_key_values=cache)
+        generated = generate_ids(llm, prompts, max_new_tokens, cache=cache)
     recorder.finish(generated[:, -1])
     steps = torch.stack(recorder.steps[: generated.shape[1]], dim=1)  # [B, S, L, d]
     probs = torch.stack(recorder.token_logp[: generated.shape[1]], dim=1).exp()  # [B, S]

@@ -139,14 +139,14 @@ def shared_length(prompts: Sequence[Sequence[int]]) -> int:
 def prefill(llm: LLM, ids: Sequence[int]) -> DynamicCache:
     cache = DynamicCache(config=llm.model.config)
     if ids:
-        llm.model(input_ids=torch.tensor([list(ids)], device=llm.device), past_key_values=cache, use_cache=True,
+        llm.model(input_ids=torch.tensor([list(ids)], device=llm.device), cache=cache, use_cache=True,
                   logits_to_keep=1)
     return cache
 
 
 @torch.inference_mode()
 def p_true(llm: LLM, cache: DynamicCache, start: int, prompt: Sequence[int]) -> float:
-    out = llm.model(input_ids=torch.tensor([list(prompt[start:])], device=llm.device), past_key_values=cache,
+    out = llm.model(input_ids=torch.tensor([list(prompt[start:])], device=llm.device), cache=cache,
                     use_cache=True, logits_to_keep=1)
     probs = torch.softmax(out.logits[0, -1].float(), -1)
     yes, no = probs[option_token_ids(llm.tokenizer, "A")].sum(), probs[option_token_ids(llm.tokenizer, "B")].sum()
@@ -159,13 +159,13 @@ def _texts(llm: LLM, out: torch.Tensor) -> list[str]:
 
 @torch.inference_mode()
 def verbalized(llm: LLM, cache: DynamicCache, prompt: Sequence[int], max_new_tokens: int) -> float | None:
-    out = generate_ids(llm, [prompt], max_new_tokens, past_key_values=cache)
+    out = generate_ids(llm, [prompt], max_new_tokens, cache=cache)
     return parse_percent(llm.tokenizer.decode(out[0], skip_special_tokens=True))
 
 
 @torch.inference_mode()
 def acts(llm: LLM, cache: DynamicCache, prompt: Sequence[int], abstain_api: str, max_new_tokens: int) -> float:
-    text = _texts(llm, generate_ids(llm, [prompt], max_new_tokens, past_key_values=cache))[0]
+    text = _texts(llm, generate_ids(llm, [prompt], max_new_tokens, cache=cache))[0]
     return 0.0 if abstain_api in text else 1.0
 
 
@@ -175,7 +175,7 @@ def sampled(llm: LLM, cache: DynamicCache, prompt: Sequence[int], record: Mappin
     """Self-consistency and semantic entropy of ``samples`` continuations of the prompt, from one cache
     repeated in place (not reusable after)."""
     cache.batch_repeat_interleave(samples)
-    out = generate_ids(llm, [prompt] * samples, max_new_tokens, past_key_values=cache, do_sample=True,
+    out = generate_ids(llm, [prompt] * samples, max_new_tokens, cache=cache, do_sample=True,
                        temperature=temperature, top_k=0, top_p=1.0)
     calls = [parse_call(t) for t in _texts(llm, out)]
     return {"consistency": agreement(calls, record), "semantic_entropy": semantic_confidence(calls)}
