@@ -123,3 +123,14 @@ def test_the_llm_summary_gives_each_categorys_accuracy_when_there_are_few():
     assert "multiple: 0/2 correct (accuracy 0.000, 95% interval 0.00-0.66)" in summary
     many = [{**r, "api": f"api{i}"} for i, r in enumerate(records * 3)]
     assert "api0:" not in llm_summary("SmolLM2-135M", many)
+
+
+def test_a_table_on_a_handful_of_test_calls_says_it_cannot_separate_the_estimators(tmp_path):
+    from mice_exp.run import small_test_note
+
+    assert small_test_note(200, "smollm2_135m", tmp_path) is None
+    note = small_test_note(12, "smollm2_135m", tmp_path)
+    assert "12 test calls cannot separate" in note and "llm.records" not in note  # no records file here
+    (tmp_path / "experiments" / "records").mkdir(parents=True)
+    (tmp_path / "experiments" / "records" / "ste-smollm2_135m.jsonl.gz").touch()
+    assert "llm.records=experiments/records/ste-smollm2_135m.jsonl.gz" in small_test_note(12, "smollm2_135m", tmp_path)
