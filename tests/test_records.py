@@ -79,11 +79,24 @@ def _rewrite(path: Path, target: Path, edit) -> Path:
     (lambda p, t: _rewrite(p, t, lambda lines: lines[:1] + [json.dumps({k: v for k, v in json.loads(x).items()
                                                                         if k != "layer_strings"}) for x in lines[1:]]),
      "lack 'layer_strings'"),
+    (lambda p, t: _rewrite(p, t, lambda lines: lines[:1] + [json.dumps({k: v for k, v in json.loads(x).items()
+                                                                        if k != "pred_api"}) for x in lines[1:]]),
+     r"6 records lack 'pred_api' \(first on line 2\)"),
+    (lambda p, t: _rewrite(p, t, lambda lines: lines[:1] + [lines[1], lines[1]] + lines[3:]),
+     r"line 3 repeats id '[^']+' \(first on line 2\)"),
+    (lambda p, t: _rewrite(p, t, lambda lines: lines[:2] + [json.dumps(json.loads(lines[2]) | {"label": "1"})]
+                           + lines[3:]), r"line 3 \('[^']+'\) has label='1'; expected 0 or 1"),
+    (lambda p, t: _rewrite(p, t, lambda lines: lines[:2] + [json.dumps(json.loads(lines[2]) | {"label": 2})]
+                           + lines[3:]), r"has label=2; expected 0 or 1"),
+    (lambda p, t: _rewrite(p, t, lambda lines: lines[:2] + [json.dumps(json.loads(lines[2]) | {"split": "dev"})]
+                           + lines[3:]), r"has split='dev'; expected train, validation or test"),
+    (lambda p, t: _rewrite(p, t, lambda lines: [json.dumps(json.loads(lines[0]) | {"llm": "smollm2_135m"})]
+                           + lines[1:]), r"written with llm='smollm2_135m'; this run has llm.name='tiny_random'"),
 ])
 def test_a_bad_records_file_is_one_line_naming_it(published, tmp_path, damage, message):
     bad = damage(published[1], tmp_path / "bad.jsonl.gz")
     with pytest.raises(UserError, match=message) as error:
-        read_records_file(bad, dataset="ste")
+        read_records_file(bad, dataset="ste", expect={"llm": "tiny_random", "demo_pool": "train"})
     assert "\n" not in str(error.value) and str(bad) in str(error.value)
 
 

@@ -30,7 +30,9 @@ ARRAYS = ("first_token", "last_token", "mean_pool")  # per-record [L, d] states 
 PUBLISHED = ("id", "api", "split", "dataset", "prompt_hash", "prompt_tokens", "n_demos", "demos_dropped", "text",
              "token_ids", "token_probs", "offsets", "content_mask", "raw_confidence", "min_probability", "pred_api",
              "pred_args", "parse_error", "label", "layer_strings", "lens_ids")
-REQUIRED = ("id", "api", "split", "label", "raw_confidence", "text", "offsets", "token_probs", "layer_strings")
+# Fields every run reads (labels, splits, the table's raw confidence, the per-argument and API-name scores).
+REQUIRED = ("id", "api", "split", "label", "raw_confidence", "text", "offsets", "token_probs", "layer_strings",
+            "pred_api", "pred_args", "parse_error")
 
 
 @dataclass
@@ -140,6 +142,25 @@ def made_with(header: Mapping[str, Any]) -> dict[str, Any]:
     return {"llm": header.get("llm"), "demo_pool": prompt.get("demo_pool", "all")}
 
 
+def _check_values(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
+    """Ids unique, labels 0 / 1, splits known, confidences in [0, 1]: one line naming the file, line and field."""
+    seen: dict[str, int] = {}
+    for line, record in enumerate(records, 2):  # line 1 is the header
+        if record["id"] in seen:
+            raise UserError(f"llm.records={path}: line {line} repeats id {record['id']!r} (first on line "
+                            f"{seen[record['id']]}); expected one record per call")
+        seen[record["id"]] = line
+        for name, ok, expected in (("label", record["label"] in (0, 1) and not isinstance(record["label"], float),
+                                    "0 or 1"),
+                                   ("split", record["split"] in ("train", "validation", "test"),
+                                    "train, validation or test"),
+                                   ("raw_confidence", isinstance(record["raw_confidence"], (int, float))
+                                    and 0 <= record["raw_confidence"] <= 1, "a number in [0, 1]")):
+            if not ok:
+                raise UserError(f"llm.records={path}: line {line} ({record['id']!r}) has {name}="
+                                f"{record[name]!r}; expected {expected}")
+
+
 def records_expect(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """What a run's config says must have produced the records file it reads (:func:`made_with`)."""
     return {"llm": cfg["llm"]["name"], "demo_pool": cfg["prompt"].get("demo_pool", "all")}
@@ -181,9 +202,11 @@ def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[st
                             f"{setting}={wanted!r} (expected a records file of the same {name}, or "
                             f"{setting}={found[name]!r})")
     for name in (*REQUIRED, *needs):
-        missing = sum(name not in r for r in records)
+        missing = [n for n, r in enumerate(records, 2) if name not in r]
         if missing:
-            raise UserError(f"llm.records={path}: {missing} records lack {name!r}, which this run needs")
+            raise UserError(f"llm.records={path}: {len(missing)} records lack {name!r} (first on line {missing[0]}), "
+                            "which this run needs")
+    _check_values(path, records)
     if splits is not None:
         records = _selected(path, records, splits)
     sources = {name: [r.get("sources", {}).get(name) for r in records] for name in header.get("sources", [])}
