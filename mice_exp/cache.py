@@ -41,7 +41,7 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _atomic(path: Path, write) -> None:
+def write_atomic(path: Path, write: Callable[[Any], None]) -> None:
     """Write through a temp file in the same folder, then rename: readers never see a partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -58,12 +58,16 @@ def _atomic(path: Path, write) -> None:
 
 
 def write_json(path: Path, payload: Any) -> None:
-    _atomic(path, lambda h: h.write(json.dumps(payload, indent=2, sort_keys=True, default=str).encode()))
+    write_atomic(path, lambda h: h.write(json.dumps(payload, indent=2, sort_keys=True, default=str).encode()))
+
+
+def write_text(path: Path, text: str) -> None:
+    write_atomic(path, lambda h: h.write(text.encode("utf-8")))
 
 
 def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
     data = "".join(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n" for row in rows)
-    _atomic(path, lambda h: h.write(data.encode()))
+    write_atomic(path, lambda h: h.write(data.encode()))
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -72,7 +76,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    _atomic(path, lambda h: np.savez(h, **arrays))
+    write_atomic(path, lambda h: np.savez(h, **arrays))
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:

@@ -264,3 +264,46 @@ def test_a_full_disk_during_the_llm_stage_is_one_line_saying_what_was_kept(tmp_p
     line = one_error_line(err)
     assert code == 2 and "(No space left on device); 1 complete shards kept in" in line
     assert "a re-run resumes" in line
+
+
+# Output paths: checked before any work (a gate batch or an LLM stage is minutes to hours of it).
+OUTPUT_ERRORS = [
+    (lambda tmp, ro: "", "output is empty; expected the path of a file to write"),
+    (lambda tmp, ro: str(tmp), "is a folder"),
+    (lambda tmp, ro: str(PACKAGE_ROOT), "is a folder"),
+    (lambda tmp, ro: str(tmp / "there.jsonl"), "exists; pass force=true to replace it"),
+    (lambda tmp, ro: str(ro / "answers.jsonl"), "cannot write in"),
+]
+OUTPUT_IDS = ["empty", "a folder", "the project", "an existing file", "read-only"]
+
+
+@pytest.mark.parametrize("output, expected", OUTPUT_ERRORS, ids=OUTPUT_IDS)
+@pytest.mark.parametrize("command", ["records", "gate"])
+def test_a_bad_output_path_is_one_line_before_any_work(tmp_path, read_only, monkeypatch, capsys, command, output,
+                                                       expected):
+    (tmp_path / "there.jsonl").write_text("kept\n")
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(json.dumps({"query": "What is the date today?", "tools": "get_today_date"}) + "\n")
+    args = [f"output={output(tmp_path, read_only)}", *base(tmp_path)]
+    if command == "gate":  # the model never loads: the output is refused first
+        args = [f"model={tmp_path / 'no-gate'}", f"input={queries}", *args]
+    code, out, err = cli(monkeypatch, capsys, [command, *args])
+    assert code == 2 and expected in one_error_line(err)
+    assert (tmp_path / "there.jsonl").read_text() == "kept\n"
+    assert not list((tmp_path / "cache").glob("llm/*"))  # no LLM stage started
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("out, expected", [
+    (lambda tmp, ro: str(PACKAGE_ROOT), "is the project folder"),
+    (lambda tmp, ro: str(tmp / "there.jsonl"), "is a file; expected a folder"),
+    (lambda tmp, ro: str(ro / "report"), "expected a writable place"),
+], ids=["the project", "a file", "read-only"])
+def test_a_bad_report_folder_is_one_line_before_any_work(tmp_path, read_only, monkeypatch, capsys, out, expected):
+    import mice_exp.report.command as report
+
+    (tmp_path / "there.jsonl").write_text("kept\n")
+    monkeypatch.setattr(report, "build_report", lambda *a, **k: pytest.fail("the report was built"))
+    code, _, err = cli(monkeypatch, capsys, ["report", "--out", out(tmp_path, read_only),
+                                             "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"])
+    assert code == 2 and expected in one_error_line(err)

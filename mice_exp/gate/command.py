@@ -47,7 +47,8 @@ def gate(argv: Sequence[str]) -> None:
     from mice_exp.gate.gate import Gate
     from mice_exp.gate.queries import read_queries
     from mice_exp.llm.precision import resolve_dtype
-    from mice_exp.paths import paths_from
+    from mice_exp.cache import write_text
+    from mice_exp.paths import paths_from, writable_file
 
     opts: dict[str, str] = {}
     overrides: list[str] = []
@@ -73,6 +74,7 @@ def gate(argv: Sequence[str]) -> None:
     batch = opts.get("batch_size") or (cfg["llm"]["batch_size"] if "llm.batch_size" in given else None)
     paths = paths_from(cfg["paths"])
     items, places = read_queries(opts["input"])  # a missing file fails before anything loads
+    output = writable_file(opts["output"], Path.cwd(), "output", bool(cfg.get("force"))) if "output" in opts else None
     start = time.perf_counter()
     loaded = Gate.load(opts["model"], expect=cfg, parts=[p for p in ("llm", "features") if p in groups],
                        device=device, batch_size=int(batch) if batch else None,
@@ -83,8 +85,8 @@ def gate(argv: Sequence[str]) -> None:
     print(f"gate: {loaded.describe()}", file=sys.stderr)
     answers = loaded.decide(items, places)
     lines = [json.dumps(a, ensure_ascii=False) for a in answers]
-    if opts.get("output"):
-        Path(opts["output"]).expanduser().write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    if output is not None:
+        write_text(output, "".join(line + "\n" for line in lines))
     for line in lines:
         print(line)
     print(summarize(answers, time.perf_counter() - start, loaded.tau, loaded.spec["risk"]["name"]), file=sys.stderr)

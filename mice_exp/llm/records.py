@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from mice_exp.cache import read_json_if, read_jsonl, read_npz, stable_hash
+from mice_exp.cache import read_json_if, read_jsonl, read_npz, stable_hash, write_atomic
 from mice_exp.errors import UserError
 
 FORMAT = "mice_exp.records"
@@ -107,10 +107,13 @@ def write_records_file(path: Path, header: Mapping[str, Any], records: Iterable[
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps({"format": FORMAT, "version": FORMAT_VERSION, **header}, sort_keys=True)]
     lines += [json.dumps(dict(r), sort_keys=True, ensure_ascii=False) for r in records]
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as handle:
-        handle.write(("\n".join(lines) + "\n").encode("utf-8"))
-    tmp.replace(path)
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+
+    def gzipped(raw: Any) -> None:
+        with gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as handle:
+            handle.write(data)
+
+    write_atomic(path, gzipped)
 
 
 def _selected(path: Path, records: list[dict[str, Any]], splits: Mapping[str, str]) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from mice_exp.errors import UserError
-from mice_exp.paths import project_root
+from mice_exp.paths import project_root, writable_folder
 from mice_exp.report import plots, tables
 from mice_exp.report.arguments import DEFAULT_EXPERIMENT, parse_args
 from mice_exp.report.collect import (
@@ -199,9 +199,9 @@ def output_folder(args: argparse.Namespace, root: Path) -> Path | None:
         name = Path(args.preset)
         if name.is_absolute() or ".." in name.parts or not name.parts:
             raise UserError(f"--preset {args.preset!r}; expected a folder name under experiments/")
-        return root / "experiments" / name
-    if args.out:
-        return Path(args.out).expanduser().resolve()
+        return writable_folder(root / "experiments" / name, root, "--preset")
+    if args.out is not None:
+        return writable_folder(args.out, Path.cwd(), "--out")  # before any work: a report is minutes of it
     return None
 
 
