@@ -45,7 +45,11 @@ def inspect(argv: Sequence[str]) -> None:
     targets = [a for a in argv if "=" not in a]
     if len(targets) != 1:
         raise UserError(f"{INSPECT_USAGE}; expected exactly one example")
-    print(layer_table(as_plain(compose_config([a for a in argv if "=" in a])), targets[0]))
+    from mice_exp.config import check_config
+
+    cfg = as_plain(compose_config([a for a in argv if "=" in a]))
+    check_config(cfg)  # llm.batch_size=0 and the like: one line, as in a run
+    print(layer_table(cfg, targets[0]))
 
 
 def report(argv: Sequence[str]) -> None:

@@ -85,6 +85,15 @@ def test_a_bad_value_is_one_line_before_anything_loads(tmp_path, monkeypatch, ca
     assert expected in err, err
 
 
+@pytest.mark.parametrize("command", [["records"], ["inspect", "ste/add_date/0"]], ids=["records", "inspect"])
+def test_the_subcommands_that_run_the_llm_check_the_config_first(tmp_path, monkeypatch, capsys, command):
+    from mice_exp.llm import model
+
+    monkeypatch.setattr(model, "load_llm", lambda *a, **k: pytest.fail("a model was loaded"))
+    code, _, err = cli(monkeypatch, capsys, [*command, *base(tmp_path), "llm.batch_size=0"])
+    assert code == 2 and "llm.batch_size=0; expected a positive integer" in one_error_line(err)
+
+
 def test_a_mistyped_subcommand_names_the_subcommands(monkeypatch, capsys):
     code, _, err = cli(monkeypatch, capsys, ["reprot", "--sweep", "multirun/x"])
     assert code == 2 and err.strip() == ("mice-exp: error: unknown command 'reprot'; expected one of inspect, "
