@@ -45,6 +45,14 @@ def test_the_pca_view_learns_from_the_training_rows_only():
     assert X.shape == (20, 4 * 3 + 1) and list(view.get_feature_names_out())[-1] == "confidence"
 
 
+def test_a_pca_view_refuses_to_shrink_below_its_name():
+    """pca10 on 3 training rows cannot give 10 components: it refuses instead of quietly fitting 3."""
+    with pytest.raises(UserError, match=r"features.components=10: the PCA view fits on 3 training rows of "
+                                        r"6-dimensional states, which give at most 3 components"):
+        PcaView(components=10).fit(stage(), rows=np.arange(20) < 3)
+    assert PcaView(components=3).fit(stage(), rows=np.arange(20) < 3).pcas_[0].n_components_ == 3
+
+
 def test_a_fitted_pca_view_round_trips_through_skops_with_only_its_own_class_to_trust():
     out = stage()
     view = PcaView(components=3, layers=[2, 4]).fit(out, rows=np.arange(20) < 10)

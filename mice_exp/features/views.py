@@ -152,8 +152,11 @@ class PcaView(FeatureView):
         self.pcas_ = []
         for i in self.layers_:
             x = pooled[rows, i - 1]
-            m = min(int(self.components), len(x), x.shape[1])
-            self.pcas_.append(PCA(n_components=m, random_state=self.random_state).fit(x))
+            if int(self.components) > min(x.shape):  # shrinking it would still be labelled pca<components>
+                raise UserError(f"features.components={self.components}: the PCA view fits on {len(x)} training "
+                                f"rows of {x.shape[1]}-dimensional states, which give at most {min(x.shape)} "
+                                "components; expected more training calls or fewer components")
+            self.pcas_.append(PCA(n_components=int(self.components), random_state=self.random_state).fit(x))
 
     def _block(self, stage: StageOutput) -> tuple[np.ndarray, list[str]]:
         pooled = stage.arrays("mean_pool")
