@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 import hydra
@@ -11,6 +12,8 @@ from mice_exp.errors import UserError
 from mice_exp.paths import project_root
 
 CONFIG_DIR = str(project_root() / "conf")
+#: Jobs of this process's sweep that ended in a user error: each fails alone, the sweep goes on.
+FAILED_JOBS: list[str] = []
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
@@ -20,7 +23,23 @@ def hydra_app(cfg: DictConfig) -> float | None:
     try:
         return run(cfg).get("objective")
     except UserError as error:  # Hydra would print a traceback; a user error gets one line
-        _fail(error)
+        job = _sweep_job()
+        if job is None:
+            _fail(error)
+        print(f"mice-exp: job {job[0]} ({job[1]}) failed: {error}", file=sys.stderr)
+        FAILED_JOBS.append(job[0])
+        return None
+
+
+def _sweep_job() -> tuple[str, str] | None:
+    """``#N`` and the overrides of the running multirun job; None outside a multirun."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    hydra_cfg = HydraConfig.get()
+    return f"#{hydra_cfg.job.num}", " ".join(hydra_cfg.overrides.task)
 
 
 def _fail(error: UserError) -> None:
@@ -40,9 +59,17 @@ def main() -> None:
             COMMANDS[argv[0]](argv[1:])
         else:
             check_command(argv)
+            FAILED_JOBS.clear()
             hydra_app()
+            if FAILED_JOBS:
+                raise UserError(f"{len(FAILED_JOBS)} job(s) of the sweep failed ({', '.join(FAILED_JOBS)}); the "
+                                "others ran, and a re-run skips those that finished")
     except UserError as error:
         _fail(error)
+    except KeyboardInterrupt:  # caches are written batch by batch, atomically: what finished is on disk
+        print("mice-exp: interrupted; every finished LLM-stage batch, feature cache and MLflow run is kept, and "
+              f"the same command resumes from them: mice-exp {shlex.join(argv)}", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ from mice_exp.errors import UserError, expect
 from mice_exp.llm.precision import DTYPES
 
 STAGES = ("llm", "all")
+#: The top-level keys of conf/config.yaml and its groups: a key beyond them (``+tau=0.8``) is read by nothing.
+SETTINGS = ("dataset", "llm", "prompt", "features", "estimator", "risk", "protocol", "tracking", "sources", "gate",
+            "baselines", "scale", "compare_with", "permutations", "n_jobs", "retrieval", "stage", "paths", "seed",
+            "force")
 RISK_KEYS = ("name", "tp", "fp", "tn", "fn")
 DEVICE = re.compile(r"(cpu|auto|mps|cuda(:\d+)?)")
 
@@ -183,6 +187,9 @@ def check_config(cfg: dict[str, Any]) -> None:
     from mice_exp.protocols import make_protocol
     from mice_exp.tracking.store import is_enabled, tracking_uri
 
+    for key in sorted(set(cfg) - set(SETTINGS)):
+        raise UserError(f"{key}={cfg[key]!r} is not a setting: nothing reads it (a '+' override adds any key); "
+                        "expected one of the config's own, e.g. risk=high or risk.fp=-4 for the threshold")
     if cfg.get("stage", "all") not in STAGES:
         raise UserError(f"stage={cfg.get('stage')!r}; expected one of {', '.join(STAGES)}")
     check_values(cfg)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -50,7 +48,7 @@ def paths_from(cfg: Mapping[str, Any]) -> Paths:
 
 def writable_file(value: str | Path | None, root: Path, setting: str, force: bool = False) -> Path:
     """The file an output setting names, checked before any work: not empty, not a folder (the project's
-    least of all), its folder creatable and writable, and no existing file replaced unless ``force``."""
+    least of all), no existing file replaced unless ``force``, and its folder writable (created if missing)."""
     from mice_exp.errors import UserError
 
     if value is None or not str(value).strip():
@@ -60,12 +58,7 @@ def writable_file(value: str | Path | None, root: Path, setting: str, force: boo
         raise UserError(f"{setting}={str(value)!r} is a folder ({path}); expected the path of a file to write")
     if path.exists() and not force:
         raise UserError(f"{setting}={str(value)!r}: {path} exists; pass force=true to replace it")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UserError(f"{setting}={str(value)!r}: cannot create its folder {path.parent} "
-                        f"({error.strerror or error}); expected a writable place") from None
-    _can_write(path.parent, setting, value)
+    _writable(path.parent, setting, value)
     return path
 
 
@@ -80,24 +73,19 @@ def writable_folder(value: str | Path, root: Path, setting: str) -> Path:
         raise UserError(f"{setting}={str(value)!r} is the project folder {path} or above it; expected a folder of its own")
     if path.is_file():
         raise UserError(f"{setting}={str(value)!r} is a file; expected a folder to write into")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UserError(f"{setting}={str(value)!r}: cannot create {path} ({error.strerror or error}); "
-                        "expected a writable place") from None
-    _can_write(path, setting, value)
+    _writable(path, setting, value)
     return path
 
 
-def _can_write(folder: Path, setting: str, value: str | Path) -> None:
-    """Write and remove a scratch file in ``folder``: the one check that a read-only mount, permissions and
-    a full disk all fail alike."""
+def _writable(folder: Path, setting: str, value: str | Path) -> None:
+    """Create ``folder`` if missing; one line if that or writing in it fails (:func:`mice_exp.cache.unwritable`)."""
+    from mice_exp.cache import unwritable
     from mice_exp.errors import UserError
 
+    problem = unwritable(folder)
     try:
-        handle, probe = tempfile.mkstemp(dir=folder, prefix=".write-probe-")
-        os.close(handle)
-        os.unlink(probe)
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise UserError(f"{setting}={str(value)!r}: cannot write in {folder} ({error.strerror or error}); "
-                        "expected a writable place") from None
+        problem = problem or f"{folder}: {error.strerror or error}"
+    if problem:
+        raise UserError(f"{setting}={str(value)!r}: cannot write there ({problem}); expected a writable place")

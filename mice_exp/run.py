@@ -94,6 +94,9 @@ def _diagnose_field(cfg: dict[str, Any], estimator, fs, tracker) -> dict[str, fl
     from mice_exp.protocols import inputs
     from mice_exp.report.figures import region_reliability
 
+    if estimator.fallback_:  # it learned nothing (one training class): no field, no regions to show
+        print("\nmiscalibration field: not fitted (the training labels are all one class); no diagnostics")
+        return {}
     test = fs.rows("test")
     X = inputs(estimator, fs, cfg["estimator"].get("source", "raw"))[test]
     options = cfg["estimator"].get("diagnostics") or {}

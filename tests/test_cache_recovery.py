@@ -63,7 +63,7 @@ def counting_batches(monkeypatch) -> list[int]:
     return sizes
 
 
-@pytest.mark.parametrize("damaged", ["shard-00001.jsonl", "shard-00001.npz", "done.json"])
+@pytest.mark.parametrize("damaged", ["shard-00001.jsonl", "shard-00001.npz", "done.json", "meta.json"])
 def test_a_truncated_file_is_named_set_aside_and_only_its_shard_recomputed(intact, copy, tiny_llm, monkeypatch,
                                                                           caplog, damaged):
     truncate(copy / damaged)
@@ -74,7 +74,8 @@ def test_a_truncated_file_is_named_set_aside_and_only_its_shard_recomputed(intac
     warning = next(r.getMessage() for r in caplog.records if damaged in r.getMessage())
     assert f"{copy / damaged} is damaged" in warning and "set aside" in warning
     assert (copy / f"{damaged}.damaged").exists()
-    assert generated == ([] if damaged == "done.json" else [2])  # one shard of 2 calls, or nothing
+    assert generated == ([] if damaged in ("done.json", "meta.json") else [2])  # one shard of 2 calls, or nothing
+    assert json.loads((copy / "meta.json").read_text()) == json.loads((intact / "meta.json").read_text())
     assert read_stage(resumed).records == read_stage(intact).records
     np.testing.assert_array_equal(read_stage(resumed).arrays("mean_pool"), read_stage(intact).arrays("mean_pool"))
 

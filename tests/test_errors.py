@@ -54,6 +54,7 @@ def one_error_line(err: str) -> str:
 # Bad values: each fails in check_config, before data, models or MLflow are touched.
 CONFIG_ERRORS = [
     (["llm.batch_size=0"], "llm.batch_size=0; expected a positive integer"),
+    (["+tau=nan"], "tau=nan is not a setting: nothing reads it"),
     (["llm.max_new_tokens=0"], "llm.max_new_tokens=0; expected a positive integer"),
     (["llm.context_window=4", "llm.max_new_tokens=4"], "llm.context_window=4 leaves no room for a prompt"),
     (["seed=abc"], "seed='abc'; expected an integer"),
@@ -92,6 +93,27 @@ def test_the_subcommands_that_run_the_llm_check_the_config_first(tmp_path, monke
     monkeypatch.setattr(model, "load_llm", lambda *a, **k: pytest.fail("a model was loaded"))
     code, _, err = cli(monkeypatch, capsys, [*command, *base(tmp_path), "llm.batch_size=0"])
     assert code == 2 and "llm.batch_size=0; expected a positive integer" in one_error_line(err)
+
+
+def test_one_job_s_user_error_fails_that_job_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
+    args = ["-m", *base(tmp_path), "stage=llm", "llm.batch_size=0,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    code, _, err = cli(monkeypatch, capsys, args)
+    assert ") failed: llm.batch_size=0; expected a positive integer" in err
+    assert "mice-exp: job #0 (" in err and "mice-exp: job #1" not in err
+    assert code == 2 and "1 job(s) of the sweep failed (#0); the others ran" in one_error_line(err)
+    assert len(list((tmp_path / "cache" / "llm").glob("*/done.json"))) == 1  # job #1 ran its stage
+
+
+def test_ctrl_c_is_one_line_with_the_command_that_resumes(tmp_path, monkeypatch, capsys):
+    import mice_exp.run
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mice_exp.run, "run", interrupted)
+    code, _, err = cli(monkeypatch, capsys, base(tmp_path))
+    assert code == 130 and "Traceback" not in err
+    assert "mice-exp: interrupted;" in err and f"resumes from them: mice-exp llm=tiny_random dataset.path={FIXTURE}" in err
 
 
 def test_a_mistyped_subcommand_names_the_subcommands(monkeypatch, capsys):
@@ -281,7 +303,7 @@ OUTPUT_ERRORS = [
     (lambda tmp, ro: str(tmp), "is a folder"),
     (lambda tmp, ro: str(PACKAGE_ROOT), "is a folder"),
     (lambda tmp, ro: str(tmp / "there.jsonl"), "exists; pass force=true to replace it"),
-    (lambda tmp, ro: str(ro / "answers.jsonl"), "cannot write in"),
+    (lambda tmp, ro: str(ro / "answers.jsonl"), "cannot write there"),
 ]
 OUTPUT_IDS = ["empty", "a folder", "the project", "an existing file", "read-only"]
 

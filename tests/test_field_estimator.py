@@ -42,3 +42,17 @@ def test_a_base_width_that_does_not_split_x_is_a_clear_error():
     X, y = regime_data(100)
     with pytest.raises(ValueError, match="base_width=None does not split 5 columns"):
         FieldCorrection(RawConfidence(), field=FAST).fit(X, y)
+
+
+def test_a_field_that_learned_nothing_has_no_diagnostics_instead_of_an_attribute_error(capsys):
+    """One training class: the estimator falls back to the base rate, and the run says there is no field."""
+    import warnings
+
+    from mice_exp.run import _diagnose_field
+
+    X, _ = regime_data(40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = FieldCorrection(RawConfidence(), base_width=1, field=FAST).fit(X, np.zeros(40, dtype=int))
+    assert model.fallback_ and _diagnose_field({}, model, fs=None, tracker=None) == {}
+    assert "miscalibration field: not fitted" in capsys.readouterr().out

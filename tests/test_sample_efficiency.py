@@ -105,6 +105,13 @@ def test_oversize_is_skipped_with_a_warning(fs):
     assert table["size"].tolist() == [30]
 
 
+def test_sizes_all_larger_than_the_training_split_fail_instead_of_an_empty_table(fs):
+    from mice_exp.errors import UserError
+
+    with pytest.raises(UserError, match=r"every size is larger than the \d+ training rows"):
+        sample_efficiency({"hre": HistogramRegression()}, fs, sizes=(500, 750), trials=2, n_jobs=1)
+
+
 def test_single_class_groups_fall_back_silently():
     fs = feature_set(accuracy=0.95, seed=3)
     with warnings.catch_warnings():

@@ -156,6 +156,8 @@ def run_llm_stage(cfg: Mapping[str, Any], paths: Paths, llm: Any = None) -> Path
     selection = select_examples(cfg["dataset"], paths)
     out, key = stage_dir(cfg, paths, selection)
     _set_aside_damaged(out)
+    if out.is_dir() and read_intact(out / "meta.json", read_json) != key:  # damaged or lost: it is the key itself
+        write_json(out / "meta.json", key)
     if (out / "done.json").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)

@@ -147,6 +147,9 @@ def _grid(sizes: Iterable[int], n_train: int) -> list[int]:
     if too_big:
         warnings.warn(f"sample_efficiency: skipping sizes {too_big}, larger than the {n_train} training rows",
                       UserWarning, stacklevel=3)
+    if len(too_big) == len(sizes):  # nothing left to run: an empty table would pass for a result
+        raise UserError(f"protocol.sizes={sizes}: every size is larger than the {n_train} training rows; "
+                        f"expected sizes up to {n_train}")
     return [s for s in sizes if s <= n_train]
 
 
