@@ -244,17 +244,25 @@ def finished_before(cfg: dict[str, Any], paths: Paths, sweep: str) -> str | None
     return done
 
 
-def run(cfg: DictConfig | dict) -> dict[str, Any]:
-    """Run the configured pipeline and return its metrics (``objective``: the estimator's AUC-ETCU)."""
-    from mice_exp.tracking import hydra_tags, tracked_run
-    from mice_exp.tracking.dashboard import run_name
+def job_config(cfg: DictConfig | dict) -> tuple[dict[str, Any], Paths]:
+    """The resolved, checked config a job runs with, records and hashes (:func:`config_hash`), and its paths.
 
+    The Slurm launcher calls it too, before submitting, to drop the jobs :func:`finished_before` finds done.
+    """
     cfg = as_plain(cfg)
     check_config(cfg)
     keep_used_baselines(cfg)  # params, config hash and saved config: only the estimators this run reads
     if not cfg["llm"].get("records"):  # the dtype auto picks, in the params, the config hash and the gate
         cfg["llm"]["dtype"] = resolve_dtype(cfg["llm"]["dtype"], cfg["llm"]["device"])
-    paths = paths_from(cfg["paths"])
+    return cfg, paths_from(cfg["paths"])
+
+
+def run(cfg: DictConfig | dict) -> dict[str, Any]:
+    """Run the configured pipeline and return its metrics (``objective``: the estimator's AUC-ETCU)."""
+    from mice_exp.tracking import hydra_tags, tracked_run
+    from mice_exp.tracking.dashboard import run_name
+
+    cfg, paths = job_config(cfg)
     check_cache(paths.cache)
     tags = {**schema.job_tags(cfg), schema.CONFIG_HASH_TAG: config_hash(cfg), **hydra_tags()}
     in_sweep = schema.SWEEP_TAG in tags  # only sweep jobs skip; a single run always runs

@@ -1,8 +1,10 @@
-"""The gpu_pool launcher's parts: GPU counting without CUDA, one device per worker, the pool, configs."""
+"""The launchers' parts: gpu_pool's GPU counting without CUDA, one device per worker, the pool; configs; the
+Slurm launcher's messages (its run on a real Slurm is tests/test_slurm.py)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -64,12 +66,14 @@ def test_counting_gpus_and_loading_the_plugin_never_import_torch():
         "import sys\n"
         "from mice_exp.launcher import gpus, pool, hydra_jobs\n"
         "import hydra_plugins.mice_exp_launcher.gpu_pool_launcher, hydra_plugins.mice_exp_launcher.config\n"
+        "import hydra_plugins.mice_exp_launcher.slurm_launcher\n"
         "from hydra.core.plugins import Plugins\n"
         "from hydra.plugins.launcher import Launcher\n"
         "gpus.plan_workers(4)\n"
         "names = [c.__name__ for c in Plugins.instance().discover(Launcher)]\n"
-        "assert 'GpuPoolLauncher' in names, names\n"
+        "assert 'GpuPoolLauncher' in names and 'MiceSlurmLauncher' in names, names\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "assert 'submitit' not in sys.modules, 'submitit was imported'\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd="/", capture_output=True, text=True, timeout=120)
@@ -176,9 +180,74 @@ def test_gpu_pool_and_cpu_pool_configs():
     assert launcher_cfg("cpu_pool")["mode"] == "cpu"
 
 
-def test_slurm_config_is_one_gpu_array_task_per_job():
+def test_slurm_config_is_cpu_only_by_default_and_slurm_gpu_asks_one_gpu_per_job():
     slurm = launcher_cfg("slurm")
-    assert slurm["_target_"] == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
-    assert (slurm["gpus_per_task"], slurm["tasks_per_node"], slurm["nodes"]) == (1, 1, 1)
-    for key in ("timeout_min", "partition", "cpus_per_task", "mem_gb", "array_parallelism"):
+    assert slurm["_target_"] == "hydra_plugins.mice_exp_launcher.slurm_launcher.MiceSlurmLauncher"
+    assert (slurm["gpus_per_task"], slurm["gpus_per_node"], slurm["gres"]) == (None, None, None)  # a CPU cluster
+    assert slurm["cpus_per_task"] <= 2 and slurm["mem_gb"] <= 8  # fits a small node
+    assert (slurm["tasks_per_node"], slurm["nodes"], slurm["name"]) == (1, 1, "auto")
+    for key in ("timeout_min", "partition", "array_parallelism", "poll_s", "cancel_unrunnable", "skip_finished"):
         assert key in slurm
+    gpu = launcher_cfg("slurm_gpu")
+    assert gpu["_target_"] == slurm["_target_"]
+    assert (gpu["gpus_per_task"], gpu["cpus_per_task"], gpu["mem_gb"]) == (1, 8, 64)
+
+
+def test_the_slurm_launcher_keeps_its_own_options_out_of_sbatch():
+    from hydra_plugins.mice_exp_launcher.slurm_launcher import MiceSlurmLauncher
+
+    launcher = MiceSlurmLauncher(submitit_folder="f", partition="debug", name="auto", poll_s=3,
+                                 cancel_unrunnable=False, skip_finished=True)
+    assert (launcher.poll_s, launcher.cancel_unrunnable, launcher.skip_finished) == (3.0, False, True)
+    assert launcher.params == {"submitit_folder": "f", "partition": "debug", "name": "auto"}
+
+
+# --- the Slurm launcher's messages (the real cluster is tests/test_slurm.py) -----------------------
+
+SLURM_PARAMS = {"partition": None, "cpus_per_task": 8, "mem_gb": 64, "gpus_per_task": 1, "timeout_min": 240}
+
+
+@pytest.mark.parametrize("stderr, expected", [
+    ("sbatch: error: Invalid generic resource (gres) specification",
+     r"sbatch refused the GPU request \(8 CPUs .*gpus_per_task=1.*\): Invalid generic resource \(gres\) "
+     r"specification; nodes of the default partition: vm: 2 CPUs, 23081 MB\. On CPU nodes use hydra/launcher=slurm"),
+    ("sbatch: error: Memory specification can not be satisfied\n"
+     "sbatch: error: Batch job submission failed: Requested node configuration is not available",
+     r"no node of the default partition can give one task what it asks \(8 CPUs \(cpus_per_task\), 64 GB \(mem_gb\)"
+     r".*Requested node configuration is not available; its nodes: vm: 2 CPUs, 23081 MB\. Lower"),
+    ("sbatch: error: invalid partition specified: nope\n"
+     "sbatch: error: Batch job submission failed: Invalid partition name specified",
+     r"Slurm has no partition 'nope' \(hydra\.launcher\.partition\); its partitions: debug\*"),
+    ("sbatch: error: Batch job submission failed: Job violates accounting/QOS policy",
+     r"sbatch refused the array \(.*\): Batch job submission failed: Job violates accounting/QOS policy$"),
+])
+def test_sbatch_refusals_become_one_line_naming_the_resource(monkeypatch, stderr, expected):
+    from mice_exp.launcher import slurm
+
+    monkeypatch.setattr(slurm, "partitions", lambda: ["debug*"])
+    monkeypatch.setattr(slurm, "node_summary", lambda partition: "vm: 2 CPUs, 23081 MB")
+    params = {**SLURM_PARAMS, "partition": "nope"} if "partition" in stderr else SLURM_PARAMS
+    line = slurm.explain_sbatch_error(stderr, params)
+    assert "\n" not in line and line.startswith("slurm launcher: ")
+    assert re.search(expected, line), line
+
+
+def test_pending_reasons_are_summed_up_in_one_line():
+    from mice_exp.launcher.slurm import _label, describe
+
+    labels = [_label("RUNNING", "None"), _label("PENDING", "Resources"), _label("PENDING", "Resources"),
+              _label("PENDING", "None")]
+    assert describe("12", labels) == ("slurm job 12_[0-3]: 1 RUNNING, 2 PENDING (Resources: waiting for CPUs / memory "
+                                      "/ GPUs to free up), 1 PENDING")
+    assert describe("13", ["done"]) == "slurm job 13: 1 done"
+
+
+def test_a_failed_jobs_own_error_line_is_found_in_its_log(tmp_path):
+    from mice_exp.launcher.slurm import _last_error_line
+
+    log = tmp_path / "log.err"
+    log.write_text("Traceback (most recent call last):\n  File x\nValueError: bad value\nsrun: error: task 0\n")
+    assert _last_error_line(log) == "ValueError: bad value"
+    log.write_text("progress 10%\nmice-exp: error: llm.batch_size=0; expected a positive integer\nsrun: error: x\n")
+    assert _last_error_line(log) == "mice-exp: error: llm.batch_size=0; expected a positive integer"
+    assert _last_error_line(tmp_path / "missing.err") is None

@@ -253,6 +253,41 @@ def test_an_interrupted_run_is_killed(project, client):
     assert client.get_run(run_id).info.status == "KILLED"
 
 
+def test_sigterm_ends_the_run_killed_and_gives_the_handler_back(project, client):
+    """scancel (or a pool stopping its worker) sends SIGTERM: the run must not stay RUNNING."""
+    import signal
+    import time
+
+    from mice_exp.tracking.run import Terminated
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated):
+        with tracked_run(CFG, project, "job-term") as run:
+            run_id = run.run_id
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)  # the handler raises at once
+    got = client.get_run(run_id)
+    assert got.info.status == "KILLED"
+    assert got.data.tags["error"].startswith("Terminated: SIGTERM")
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_sigterm_at_slurms_time_limit_fails_the_run(project, client, monkeypatch):
+    import signal
+    import time
+
+    from mice_exp.tracking import run as tracking_run
+
+    monkeypatch.setattr(tracking_run, "slurm_end_reason", lambda: "TimeLimit")  # squeue's reason at the time limit
+    with pytest.raises(tracking_run.Terminated):
+        with tracked_run(CFG, project, "job-timeout") as run:
+            run_id = run.run_id
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)
+    got = client.get_run(run_id)
+    assert got.info.status == "FAILED" and "time limit" in got.data.tags["error"]
+
+
 def test_long_params_round_trip_truncated(project, client):
     long = "x" * 7000
     with tracked_run(CFG, project, "job-long", {"prompt": {"template": long}, "k": "v"}) as run:

@@ -28,3 +28,31 @@ ConfigStore.instance().store(
     node=GpuPoolLauncherConf,
     provider="mice_exp",
 )
+
+
+# hydra-submitit-launcher's Slurm options plus mice_exp's (conf/hydra/launcher/slurm.yaml sets the values).
+# Importing its config module is light: dataclasses only, submitit is imported when a sweep is launched.
+from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf  # noqa: E402
+
+
+@dataclass
+class MiceSlurmConf(SlurmQueueConf):
+    _target_: str = "hydra_plugins.mice_exp_launcher.slurm_launcher.MiceSlurmLauncher"
+
+    # the Slurm job's name; auto = mice_exp:<experiment>, mice_exp:<swept overrides>, or the run name of
+    # a single job
+    name: str = "auto"
+    # seconds between two looks at the array (squeue / sacct) while waiting for it
+    poll_s: float = 10.0
+    # cancel the array and stop when Slurm says it can never start (PENDING for PartitionConfig, ...)
+    cancel_unrunnable: bool = True
+    # drop the jobs whose resolved config already has a FINISHED MLflow run before submitting
+    skip_finished: bool = True
+
+
+ConfigStore.instance().store(
+    group="hydra/launcher",
+    name="mice_exp_slurm",
+    node=MiceSlurmConf,
+    provider="mice_exp",
+)

@@ -3,8 +3,10 @@
 The run is created with the job's resolved config as flattened params (and the whole config as
 ``config.yaml``), the git commit and dirty flag, and the caller's tags. However the block ends,
 the run ends: FINISHED, or FAILED with an ``error`` tag and an ``error.txt`` traceback (KILLED on
-Ctrl-C), and the exception still propagates. ``tracking.enabled: false`` gives a
-:class:`NullRun` with the same methods that records nothing and never imports MLflow.
+Ctrl-C), and the exception still propagates. SIGTERM (Slurm's ``scancel``, a pool worker stopped,
+``kill``) ends it too: KILLED, or FAILED when Slurm says the job reached its time limit (see
+:class:`Terminated`). ``tracking.enabled: false`` gives a :class:`NullRun` with the same methods
+that records nothing and never imports MLflow.
 
 Everything goes through an explicit ``MlflowClient`` rather than MLflow's fluent API (no global
 active run, no ``mlflow.set_tracking_uri``), so a reused worker process or a test cannot leak a
@@ -15,7 +17,11 @@ from __future__ import annotations
 
 import getpass
 import logging
+import os
+import signal
+import subprocess
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -239,7 +245,76 @@ def _base_tags(root: Path) -> dict[str, str]:
     return tags
 
 
+class Terminated(BaseException):
+    """SIGTERM reached a job inside :func:`tracked_run`; raised by its handler so the run ends at once.
+
+    A BaseException, like KeyboardInterrupt, so no ``except Exception`` on the way swallows it.
+    ``status`` is KILLED (scancel, kill) or FAILED (Slurm's time limit: it sends SIGTERM then too).
+    """
+
+    def __init__(self, status: str, why: str):
+        super().__init__(why)
+        self.status = status
+
+
+def slurm_end_reason(job_id: str | None = None, timeout_s: float = 5.0) -> str | None:
+    """Why Slurm is ending job ``job_id`` (default ``$SLURM_JOB_ID``): squeue's reason, e.g. ``TimeLimit``
+    at the time limit and ``None`` after scancel; None outside Slurm or when squeue does not answer."""
+    job_id = job_id or os.environ.get("SLURM_JOB_ID")
+    if not job_id:
+        return None
+    try:
+        done = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%r"], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.split()
+    return lines[0] if done.returncode == 0 and lines else None
+
+
+def _terminated() -> Terminated:
+    reason = slurm_end_reason()
+    if reason == "TimeLimit":
+        return Terminated("FAILED", "SIGTERM: the Slurm job reached its time limit (hydra.launcher.timeout_min)")
+    if reason is not None:
+        return Terminated("KILLED", f"SIGTERM: the Slurm job was cancelled (scancel; squeue reason {reason})")
+    return Terminated("KILLED", "SIGTERM: the job was stopped (kill, scancel or its pool shutting down)")
+
+
+class _SigtermRaises:
+    """While active, the first SIGTERM raises :class:`Terminated`; once :meth:`ending` is called (the run
+    is being ended) or after the first, SIGTERM is only logged, so the run's end is never cut short.
+    :meth:`restore` puts the previous handler back.
+
+    Submitit's job runner bypasses SIGTERM (it only logs it) and checkpoints / requeues on its USR2,
+    sent ``signal_delay_s`` before the time limit; that handler is left alone. Signal handlers can only
+    be set in the main thread: elsewhere nothing is installed.
+    """
+
+    def __init__(self) -> None:
+        self.armed = threading.current_thread() is threading.main_thread()
+        self.previous: Any = None
+        if self.armed:
+            self.previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.armed:
+            logger.warning("SIGTERM while the MLflow run ends: it ends first")
+            return
+        self.armed = False
+        raise _terminated()
+
+    def ending(self) -> None:
+        self.armed = False
+
+    def restore(self) -> None:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == self._handle:
+            signal.signal(signal.SIGTERM, self.previous if self.previous is not None else signal.SIG_DFL)
+
+
 def _end_status(error: BaseException) -> str:
+    if isinstance(error, Terminated):
+        return error.status
     if isinstance(error, KeyboardInterrupt):
         return "KILLED"
     if isinstance(error, SystemExit) and error.code in (None, 0):
@@ -300,20 +375,24 @@ def tracked_run(
     print(f"MLflow run {run_name or info.run_id}: {run_link(uri, exp_id, info.run_id)}\n"
           f"  all runs (make ui): {experiment_link(uri, exp_id)}")
     status = "FINISHED"
+    sigterm = _SigtermRaises()  # scancel / kill: the run ends KILLED instead of staying RUNNING
     try:
         if params:
             run.log_params(params)
             run.log_dict(params, "config.yaml")
         yield run
     except TrackingUnavailable as error:
+        sigterm.ending()
         status = "FAILED"
         raise UserError(f"{error}; the rest of this run was not logged to MLflow (the results above stand)") from None
     except BaseException as error:
+        sigterm.ending()
         status = _end_status(error)
         if status != "FINISHED":
             _record_error(run, error)
         raise
     finally:
+        sigterm.ending()
         try:
             client.set_terminated(run.run_id, status)
         except TrackingUnavailable:
@@ -322,6 +401,8 @@ def tracked_run(
             logger.exception("could not end MLflow run %s as %s", run.run_id, status)
             if status == "FINISHED":
                 raise  # nothing else is propagating: do not hide that the run was left open
+        finally:
+            sigterm.restore()
 
 
 # MLflow's answers about an entity, not failures of the store: the caller decides (a second gate
