@@ -190,7 +190,7 @@ def test_states_are_replayed_only_by_the_llm_that_wrote_them_from_complete_recor
 
 
 def test_the_published_records_reproduce_the_committed_table1_rows(tmp_path):
-    """Raw confidence, HRE and NWKR of SmolLM2's Table 1 (experiments/table1/results.csv, from the full
+    """Raw confidence, HRE and NWKR of SmolLM2's Table 1 (experiments/table1/pool-all/results.csv, from the full
     LLM-stage sweep) come out of experiments/records/ again, with no LLM."""
     import pandas as pd
 
@@ -198,7 +198,7 @@ def test_the_published_records_reproduce_the_committed_table1_rows(tmp_path):
     from mice_exp.tracking.schema import baseline_key
 
     records = PACKAGE_ROOT / "experiments" / "records" / "ste-smollm2_135m-pool-all.jsonl.gz"
-    table = pd.read_csv(PACKAGE_ROOT / "experiments" / "table1" / "results.csv")
+    table = pd.read_csv(PACKAGE_ROOT / "experiments" / "table1" / "pool-all" / "results.csv")
     rows = table[(table["table"] == "table1") & (table["llm"] == "smollm2_135m") & (table["source"] == "baseline")]
     assert set(rows["estimator"]) == {"raw", "hre", "nwkr"}
     out = run(compose_config(["llm=smollm2_135m", f"llm.records={records}", "prompt.demo_pool=all", "features=conf_only",
