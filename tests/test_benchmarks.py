@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_llm_stage_benchmark_breaks_a_tiny_stage_into_phases_and_a_floor():
-    out = subprocess.run([sys.executable, "benchmarks/llm_stage.py", "--llm", "tiny_random", "--apis", "1", "--no-plain"],
+    # two APIs: under prompt.demo_pool=train one API's 8 training calls cannot give a training call 8 others
+    out = subprocess.run([sys.executable, "benchmarks/llm_stage.py", "--llm", "tiny_random", "--apis", "2", "--no-plain"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env=os.environ | {"PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
     assert out.returncode == 0, out.stderr[-2000:]
