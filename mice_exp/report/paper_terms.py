@@ -144,7 +144,7 @@ def paper_terms_markdown(frame: pd.DataFrame, table: pd.DataFrame) -> str:
         raw = table[(table["dataset"] == dataset) & (table["llm"] == llm) & (table["estimator"] == "raw")]
         implied = implied_accuracy(float(raw["etcu_low"].iloc[0])) if len(raw) else float("nan")
         lines = [f"### {dataset}, {llm}: test accuracy {block['accuracy'].iloc[0]:.3f} on {block['n_test'].iloc[0]} "
-                 f"calls (implied by raw confidence's low-risk ETCU, as for the paper below: {implied:.3f})",
+                 f"calls (implied by raw confidence's low-risk ETCU, as for the paper below: {implied:.3f})", "",
                  "| Row | smECE | AUC-ETCU | auc-euro | smECE gain vs raw | AUC-ETCU gain vs raw | smECE gain vs NWKR "
                  "| AUC-ETCU gain vs NWKR |", "|---|---|---|---|---|---|---|---|"]
         for entry in block.to_dict("records"):
@@ -155,7 +155,7 @@ def paper_terms_markdown(frame: pd.DataFrame, table: pd.DataFrame) -> str:
     paper = paper_gains()
     lines = ["### The paper's own gains (MICE Table 1; no intervals published)",
              "Implied accuracy = (9 × raw confidence's low-risk ETCU + 1) / 10: executing every call at fp = -1/9 "
-             "earns a - (1 - a) / 9, and raw confidence executes nearly every call at τ = 0.1.",
+             "earns a - (1 - a) / 9, and raw confidence executes nearly every call at τ = 0.1.", "",
              "| LLM | implied accuracy | Row | smECE gain vs raw | AUC-ETCU gain vs raw | smECE gain vs NWKR "
              "| AUC-ETCU gain vs NWKR |", "|---|---|---|---|---|---|---|"]
     for entry in paper.to_dict("records"):
