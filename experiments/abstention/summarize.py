@@ -35,11 +35,14 @@ def summary(path: Path) -> str:
     needed = np.array([r["api"] not in NO_CALL_FITS for r in made], dtype=int)
     confidence = np.array([r["raw_confidence"] for r in made])
     wrong_kind = len(made) - int(needed.sum())
-    score = auroc(confidence, needed) if 0 < needed.sum() < len(made) else float("nan")
+    if not 0 < needed.sum() < len(made):
+        lines += ["", f"It made {len(made)} calls, {wrong_kind} of them where no function fits: no AUROC to compute "
+                  "(it needs calls of both kinds)."]
+        return "\n".join(lines)
     lines += ["", f"Of the {len(made)} calls it made, {wrong_kind} answer a query no function fits; raw confidence "
-              f"tells the others from them with AUROC {score:.3f} (0.5: no signal); mean raw confidence "
-              f"{confidence[needed == 1].mean():.3f} where a call was needed, "
-              f"{confidence[needed == 0].mean() if wrong_kind else float('nan'):.3f} where none fits."]
+              f"tells the others from them with AUROC {auroc(confidence, needed):.3f} (0.5: no signal); mean raw "
+              f"confidence {confidence[needed == 1].mean():.3f} where a call was needed, "
+              f"{confidence[needed == 0].mean():.3f} where none fits."]
     return "\n".join(lines)
 
 
