@@ -12,6 +12,7 @@ batch it lost and ends with the same records as an uninterrupted one.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar
@@ -135,8 +136,8 @@ def retrieved_demos(out: Path, cfg: Mapping[str, Any], selection: Selection) -> 
         return {e.id: [] for e in selection.examples}
     pool = demo_pool(selection, pool_name)
     if pool_name == "train":
-        short = sorted({e.api for e in pool} | {e.api for e in selection.examples})
-        short = [a for a in short if sum(e.api == a for e in pool) < k + 1]
+        per_api = Counter(e.api for e in pool)
+        short = sorted({e.api for e in selection.examples if per_api[e.api] < k + 1})
         if short:
             log.info("prompt.demo_pool=train: %d of the %d APIs have fewer than k_demos + 1 = %d training calls "
                      "(e.g. %s); their calls' demonstrations include other APIs' training calls", len(short),
