@@ -77,7 +77,7 @@ def records(argv: Sequence[str]) -> None:
         return
     from mice_exp.config import check_config
     from mice_exp.llm.publish import default_path, publish_records
-    from mice_exp.paths import paths_from, writable_file
+    from mice_exp.paths import paths_from, resolve, writable_file
 
     outputs = [a.split("=", 1)[1] for a in argv if a.startswith("output=")]
     cfg = as_plain(compose_config([a for a in argv if not a.startswith("output=")]))
@@ -85,7 +85,7 @@ def records(argv: Sequence[str]) -> None:
     root = paths_from(cfg["paths"]).root
     # replacing the file it reads (llm.records=F output=F: adding sources) is what the command is for
     same = bool(outputs) and bool(cfg["llm"].get("records")) and (
-        Path(outputs[0]).resolve() == Path(str(cfg["llm"]["records"])).resolve())
+        resolve(outputs[0], Path.cwd()) == resolve(cfg["llm"]["records"], root))  # as publish_records reads it
     path = writable_file(outputs[0] if outputs else default_path(cfg, root), Path.cwd(), "output",
                          force=bool(cfg.get("force")) or same)
     path = publish_records(cfg, path)
