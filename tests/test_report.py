@@ -557,13 +557,13 @@ def test_a_zero_shot_mark_never_sits_next_to_a_better_displayed_baseline():
 
 def test_gains_over_raw_and_nwkr_are_paired_bootstrap_differences():
     from mice_exp.metrics import auc_etcu, smece
-    from mice_exp.report.paper_terms import paper_terms
+    from mice_exp.report.paper_terms import long_predictions, paper_terms
 
     frame = predictions(0, ["raw", "nwkr", "mice_rf"], n=120)
     table = pd.DataFrame({"table": "table1", "dataset": "ste", "llm": "x", "row": ["Raw", "NWKR", "MICE RF"],
                           "estimator": ["raw", "nwkr", "mice_rf"], "protocol": "holdout", "features": "bertscore",
                           "run_id": "r1"})
-    terms = paper_terms(table, lambda run_id: frame, n_resamples=200).set_index("estimator")
+    terms = paper_terms(long_predictions(table, lambda run_id: frame), n_resamples=200).set_index("estimator")
     y = frame["label"].to_numpy()
     rf, raw = frame["p_mice_rf"].to_numpy(), frame["p_raw"].to_numpy()
     assert terms.loc["mice_rf", "gain_smece_vs_raw"] == pytest.approx(smece(raw, y) - smece(rf, y))
@@ -578,13 +578,13 @@ def test_gains_over_raw_and_nwkr_are_paired_bootstrap_differences():
 
 
 def test_a_row_scored_on_other_labels_gets_no_gain():
-    from mice_exp.report.paper_terms import paper_terms
+    from mice_exp.report.paper_terms import long_predictions, paper_terms
 
     table = pd.DataFrame({"table": "table1", "dataset": "ste", "llm": "x", "row": ["Raw", "MICE RF"],
                           "estimator": ["raw", "mice_rf"], "protocol": "holdout", "features": "bertscore",
                           "run_id": ["r1", "r2"]})
     runs = {"r1": predictions(0, ["raw"]), "r2": predictions(1, ["mice_rf"])}
-    terms = paper_terms(table, runs.get, n_resamples=50).set_index("estimator")
+    terms = paper_terms(long_predictions(table, runs.get), n_resamples=50).set_index("estimator")
     assert np.isnan(terms.loc["mice_rf", "gain_auc_etcu_vs_raw"]) and terms.loc["raw", "gain_auc_etcu_vs_raw"] == 0
 
 

@@ -151,7 +151,7 @@ def build_report(client, experiment: str | None = DEFAULT_EXPERIMENT, sweep: str
             report.figures.update(plots.etcu_figures(table, predictions))
             report.table1 = add_intervals(report.table1, predictions)
             report.predictions = long_predictions(report.table1, predictions)
-            report.paper_terms = paper_terms(report.table1, predictions)
+            report.paper_terms = paper_terms(report.predictions)
             report.ablation = add_intervals(report.ablation, predictions)
         panels = plots.loao_pairs(table)
         if panels:

@@ -74,12 +74,10 @@ GAIN: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "smece": lambda row, ref: ref - row, "auc_etcu": lambda row, ref: row - ref}
 
 
-def paper_terms(table: pd.DataFrame, predictions: PredictionsFn, n_resamples: int = RESAMPLES,
-                seed: int = 0) -> pd.DataFrame:
-    """Per Table-1 row: test accuracy, smECE, AUC-ETCU, auc-euro and the gains over raw confidence and
-    NWKR with their 95% paired bootstrap intervals (NaN where a row's predictions do not cover its
-    block's test calls)."""
-    long = long_predictions(table, predictions)
+def paper_terms(long: pd.DataFrame, n_resamples: int = RESAMPLES, seed: int = 0) -> pd.DataFrame:
+    """Per Table-1 row of ``long`` (:func:`long_predictions`): test accuracy, smECE, AUC-ETCU, auc-euro and
+    the gains over raw confidence and NWKR with their 95% paired bootstrap intervals (NaN where a row's
+    predictions do not cover its block's test calls)."""
     out = []
     for (dataset, llm), block in long.groupby(["dataset", "llm"], sort=True):
         ids, draws = _draws(block, n_resamples, seed)
