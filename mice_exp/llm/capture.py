@@ -10,12 +10,13 @@ i < L over all kept positions of the batch is one (row-chunked) GEMM.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import DynamicCache, GenerationConfig, StoppingCriteria, StoppingCriteriaList
 from transformers.cache_utils import DynamicLayer
 
@@ -169,9 +170,22 @@ def generate_ids(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int
                               pad_token_id=llm.tokenizer.pad_token_id, eos_token_id=llm.eos_ids())
     rows = len(prompts) * int(sampling.get("num_return_sequences", 1))
     stop = StoppingCriteriaList([_StopAtCall(llm.tokenizer, ids.shape[1], rows)])
-    out = llm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stop,
-                             cache=cache)
+    with attention_kernels(llm.device):
+        out = llm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stop,
+                                 cache=cache)
     return out[:, ids.shape[1]:]
+
+
+#: Attention kernels on a GPU: all but cuDNN's. Torch picks cuDNN's on an H100, which builds a graph for every new
+#: (batch, length, stride) shape; a stage meets new shapes at every decode step of every batch, so its first pass
+#: costs twice the warm one (random Llama-3.1-8B-shaped, bf16, 45 STE calls: 44.4 s vs 17.6 s without cuDNN's,
+#: docs/measured.md), and the capture's cache views even changed 5 of 45 greedy calls against plain generation.
+GPU_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def attention_kernels(device: torch.device) -> Any:
+    """The attention kernels generation may use on ``device`` (:data:`GPU_ATTENTION`; the CPU's as ever)."""
+    return sdpa_kernel(GPU_ATTENTION) if device.type == "cuda" else nullcontext()
 
 
 def truncate(tokenizer, ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int], list[tuple[int, int]], str]:
