@@ -170,8 +170,14 @@ def check_baselines(cfg: Mapping[str, Any]) -> None:
     from mice_exp.estimation import Study
 
     study = Study.from_config(cfg)
-    for key in cfg["protocol"].get("estimators") or []:
-        study.candidate(key, "protocol.estimators")
+    protocol = [study.candidate(key, "protocol.estimators") for key in cfg["protocol"].get("estimators") or []]
+    if not cfg["llm"].get("records"):  # a records file needs no backend: nothing generates
+        from mice_exp.features import make_view
+        from mice_exp.llm.backends import check_backend, check_internals
+
+        check_backend(cfg["llm"])
+        check_internals(cfg["llm"], make_view(cfg["features"]),
+                        [(c.key, c.estimator) for c in (study.main, *study.references, *protocol)])
     for name in used_baselines(cfg):
         entry = {**cfg, "estimator": cfg["baselines"][name]}
         for key, (ok, expected) in RULES.items():

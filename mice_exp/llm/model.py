@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import torch
+from filelock import FileLock
 
 from mice_exp.errors import UserError
 from mice_exp.llm.assets import converted_dir
@@ -24,6 +25,8 @@ class LLM:
     tokenizer: Any
     name: str
     device: torch.device
+    backend: ClassVar[str] = "hf"
+    internals: ClassVar[bool] = True  # hidden states and the logit lens: what views and probes read
 
     @property
     def layers(self) -> Any:
@@ -102,45 +105,90 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _random_model(cfg: Mapping[str, Any], tokenizer: Any) -> Any:
-    """A small random-weight model built from a config (tests and speed benchmarks)."""
+def _random_model(cfg: Mapping[str, Any], tokenizer: Any, device: torch.device = torch.device("cpu"),
+                  dtype: torch.dtype = torch.float32) -> Any:
+    """A random-weight model built from a config (tests and speed benchmarks), initialised where it runs
+    (an 8B-shaped one is drawn on the GPU in bf16 in seconds; float32 on the CPU gives the same weights as ever)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     arch = dict(cfg["architecture"])
     model_type = arch.pop("model_type")
     config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **arch)
     torch.manual_seed(int(cfg.get("seed", 0)))
-    return AutoModelForCausalLM.from_config(config)
+    with device:
+        return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
 
-def load_llm(cfg: Mapping[str, Any], models_cache: Path) -> LLM:
-    """Build the model described by a ``conf/llm`` entry (packaged GGUF, hub id / path, or random)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_llm(cfg: Mapping[str, Any], models_cache: Path) -> Any:
+    """The backend ``llm.backend`` names, built from a ``conf/llm`` entry (:mod:`mice_exp.llm.backends`)."""
+    import importlib
 
-    keep_freed_memory()  # the forwards' large activations reuse freed heap memory instead of faulting in pages
+    from mice_exp.llm.backends import BACKENDS, check_backend
+
+    return importlib.import_module(BACKENDS[check_backend(cfg)]).load(cfg, models_cache)
+
+
+def model_folder(cfg: Mapping[str, Any], models_cache: Path) -> Path:
+    """A local folder of weights, config and tokenizer for the ``conf/llm`` entry (what another engine loads):
+    the converted GGUF, the pretrained path, or a random model saved once under ``models_cache``."""
+    from mice_exp.cache import stable_hash
+
     source = cfg["source"]
+    if source["kind"] == "gguf_package":
+        return converted_dir(source, models_cache)
+    if source["kind"] == "pretrained":
+        return Path(source["path"])
+    target = models_cache / f"random-{stable_hash(dict(source), 10)}"
+    models_cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if not (target / "config.json").exists():
+            tokenizer = load_tokenizer(source, models_cache)
+            partial = target.with_name(target.name + ".partial")
+            _random_model(source, tokenizer).save_pretrained(partial)
+            tokenizer.save_pretrained(partial)
+            partial.replace(target)
+    return target
+
+
+def load_tokenizer(source: Mapping[str, Any], models_cache: Path) -> Any:
+    """The tokenizer of a ``conf/llm`` source, left-padded with a pad token (what every backend builds prompts with)."""
+    from transformers import AutoTokenizer
+
     kind = source["kind"]
-    dtype = check_dtype(resolve_dtype(cfg.get("dtype", "float32"), cfg.get("device", "cpu")))
-    device = resolve_device(cfg.get("device", "cpu"))
-    if kind == "gguf_package":
-        folder = converted_dir(source, models_cache)
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
-    elif kind == "pretrained":
-        path = source["path"]
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        except OSError as error:
-            raise UserError(f"llm.source.path={path!r} could not be loaded ({error.__class__.__name__}); "
-                            "expected a local model folder or a hub id whose weights are present") from None
-    elif kind == "random":
-        tokenizer = AutoTokenizer.from_pretrained(converted_dir(source["tokenizer"], models_cache))
-        model = _random_model(source, tokenizer).to(dtype)
-    else:
+    if kind not in ("gguf_package", "pretrained", "random"):
         raise UserError(f"llm.source.kind={kind!r}; expected gguf_package, pretrained or random")
+    if kind == "pretrained":
+        folder = source["path"]
+    else:  # a random model borrows a packaged model's tokenizer
+        folder = converted_dir(source["tokenizer"] if kind == "random" else source, models_cache)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except OSError as error:
+        raise UserError(f"llm.source.path={folder!r} could not be loaded ({error.__class__.__name__}); "
+                        "expected a local model folder or a hub id whose weights are present") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_hf(cfg: Mapping[str, Any], models_cache: Path) -> LLM:
+    """Build the model described by a ``conf/llm`` entry (packaged GGUF, hub id / path, or random)."""
+    from transformers import AutoModelForCausalLM
+
+    keep_freed_memory()  # the forwards' large activations reuse freed heap memory instead of faulting in pages
+    source = cfg["source"]
+    dtype = check_dtype(resolve_dtype(cfg.get("dtype", "float32"), cfg.get("device", "cpu")))
+    device = resolve_device(cfg.get("device", "cpu"))
+    tokenizer = load_tokenizer(source, models_cache)
+    if source["kind"] == "random":
+        model = _random_model(source, tokenizer, device, dtype)
+    else:
+        folder = model_folder(cfg, models_cache)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        except OSError as error:
+            raise UserError(f"llm.source.path={str(folder)!r} could not be loaded ({error.__class__.__name__}); "
+                            "expected a local model folder or a hub id whose weights are present") from None
     model.to(device).eval()
     return LLM(model=model, tokenizer=tokenizer, name=cfg["name"], device=device)

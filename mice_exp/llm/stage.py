@@ -28,7 +28,7 @@ from mice_exp.cache import (read_intact, read_json, read_jsonl, read_npz, stable
 from mice_exp.data import Example, Selection, demo_pool, select_examples
 from mice_exp.data.labels import call_expected, is_correct
 from mice_exp.data.retrieval import SentenceEncoder, rank_demos
-from mice_exp.llm.capture import Generation, generate_batch
+from mice_exp.llm.capture import Generation
 from mice_exp.llm.headroom import Headroom
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import Prompt, build_prompt
@@ -55,8 +55,18 @@ def stage_key(cfg: Mapping[str, Any], selection: Selection, device: str) -> dict
         "retrieval": dict(cfg["retrieval"]),
         "prompt": prompt_key(cfg["prompt"]),
         "llm": {k: cfg["llm"][k] for k in LLM_KEYS if k in cfg["llm"]}
-        | {"device": device, "dtype": resolve_dtype(cfg["llm"].get("dtype", "float32"), device)},
+        | {"device": device, "dtype": resolve_dtype(cfg["llm"].get("dtype", "float32"), device)}
+        | backend_key(cfg["llm"]),
     }
+
+
+def backend_key(llm: Mapping[str, Any]) -> dict[str, Any]:
+    """What the backend adds to the key: nothing for hf (every cache made before backends keeps its key); the
+    engine otherwise (its numerics differ), and for a server the model name it serves."""
+    name = llm.get("backend", "hf")
+    if name == "hf":
+        return {}
+    return {"backend": name} | ({"model": llm.get("model")} if name == "openai" else {})
 
 
 def prompt_key(prompt: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,6 +122,11 @@ def batches(prompts: Mapping[K, Prompt], size: int) -> list[list[K]]:
     re-run and the gate all batch (so pad, so round) exactly alike."""
     order = sorted(prompts, key=lambda i: (len(prompts[i].ids), i))
     return [order[lo:lo + size] for lo in range(0, len(order), size)]
+
+
+def generate_batch(llm: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[Generation]:
+    """The backend's greedy generation of a batch, with capture where it has internals (``llm.backend``)."""
+    return llm.generate(prompts, max_new_tokens)
 
 
 def run_batch(llm: Any, batch: Sequence[K], examples: Mapping[K, Example], splits: Mapping[K, str],

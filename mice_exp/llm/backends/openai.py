@@ -1,0 +1,117 @@
+"""``llm.backend=openai``: generation by any OpenAI-compatible server (``vllm serve``, TGI, llama.cpp's server).
+
+The stage's prompts are token ids built with the model's own tokenizer (``llm.source``; no weights load), sent
+as they are to ``/v1/completions``, so the server sees exactly the prompt ``hf`` would generate from. Each
+call comes back with its text and the chosen tokens' log-probabilities (raw confidence), and nothing of the
+model's internals: views and estimators that read hidden states or layer strings are refused before the run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from mice_exp.errors import UserError
+from mice_exp.llm.capture import Generation, truncate
+from mice_exp.llm.toolcall import stop_offset
+
+TOKEN_ID = "token_id:"  # vLLM's spelling of a token when asked for ids (return_tokens_as_token_ids)
+
+
+@dataclass
+class Endpoint:
+    """A model behind an OpenAI-compatible ``/v1/completions``, with the tokenizer its prompts are built with."""
+
+    client: Any
+    model: str
+    tokenizer: Any
+    name: str
+    base_url: str
+    eos: list[int]
+    backend: ClassVar[str] = "openai"
+    internals: ClassVar[bool] = False
+    n_layers: ClassVar[int] = 0  # records with no layers: no layer strings, no states
+    hidden_size: ClassVar[int] = 0
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[Generation]:
+        """Greedy completions of a batch in one request; each cut at EOS and at the call's stop as ``hf`` cuts it."""
+        response = self.request(prompt=[list(p) for p in prompts], max_tokens=max_new_tokens, temperature=0.0,
+                                logprobs=1, extra_body={"return_tokens_as_token_ids": True})
+        return [self._generation(choice) for choice in sorted(response.choices, key=lambda c: c.index)]
+
+    def request(self, **body: Any) -> Any:
+        """One ``/v1/completions`` request; a server that is down, slow or refuses the model is one line."""
+        import openai
+
+        try:
+            return self.client.completions.create(model=self.model, **body)
+        except openai.APIConnectionError as error:
+            what = "did not answer in time" if isinstance(error, openai.APITimeoutError) else "is not reachable"
+            raise UserError(f"llm.base_url={self.base_url} {what} ({error.__cause__ or error}); expected a running "
+                            "OpenAI-compatible server (e.g. vllm serve MODEL), or a larger llm.timeout_s") from None
+        except openai.NotFoundError:
+            raise UserError(f"llm.model={self.model!r}: the server at {self.base_url} does not serve it; expected "
+                            f"one of {self.served()}") from None
+        except openai.APIStatusError as error:
+            raise UserError(f"the server at {self.base_url} refused the request (HTTP {error.status_code}: "
+                            f"{_message(error)}); expected it to accept token-id prompts with logprobs") from None
+
+    def served(self) -> list[str]:
+        """The model names the server lists (``/v1/models``)."""
+        try:
+            return [m.id for m in self.client.models.list()]
+        except Exception:  # the listing is only a hint in an error message
+            return []
+
+    def _generation(self, choice: Any) -> Generation:
+        logprobs = choice.logprobs
+        if logprobs is None or not logprobs.token_logprobs:
+            raise UserError(f"the server at {self.base_url} returned no token log-probabilities; expected a server "
+                            "that honours logprobs=1 (raw confidence is the chosen tokens' probability)")
+        tokens, values = list(logprobs.tokens), np.array(logprobs.token_logprobs, dtype=np.float64)
+        if all(t.startswith(TOKEN_ID) for t in tokens):
+            ids, offsets, text = truncate(self.tokenizer, [int(t[len(TOKEN_ID):]) for t in tokens], self.eos)
+        else:  # a server that names tokens only by their text
+            ids, offsets, text = [], *_cut_text(tokens)
+        n = len(offsets)
+        return Generation(token_ids=ids, token_probs=np.exp(values[:n]), text=text, offsets=offsets,
+                          lens_ids=np.zeros((0, n), dtype=np.int32), states=np.zeros((max(n, 1), 0, 0), np.float32))
+
+
+def _cut_text(tokens: Sequence[str]) -> tuple[list[tuple[int, int]], str]:
+    """Character spans of the tokens given as text, cut at the call's stop (as :func:`truncate` cuts ids)."""
+    ends = list(np.cumsum([len(t) for t in tokens]))
+    text = "".join(tokens)
+    stop = stop_offset(text)
+    keep = len(tokens) if stop is None else next((n for n, end in enumerate(ends, 1) if end >= stop), len(tokens))
+    ends = [int(e) for e in ends[:keep]]
+    return list(zip([0] + ends[:-1], ends)), text[:ends[-1] if ends else 0]
+
+
+def _message(error: Any) -> str:
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        return str(body.get("message") or body.get("error") or body)
+    return str(error)
+
+
+def load(cfg: Mapping[str, Any], models_cache: Path) -> Endpoint:
+    """The endpoint ``llm.base_url`` serving ``llm.model`` (key from the variable ``llm.api_key_env``)."""
+    import openai
+
+    from mice_exp.llm.model import load_tokenizer
+
+    base_url, model = cfg.get("base_url"), cfg.get("model")
+    if not base_url or not model:
+        raise UserError("llm.backend=openai needs llm.base_url (e.g. http://127.0.0.1:8000/v1) and llm.model (the "
+                        "name the server serves); expected both set")
+    key = os.environ.get(cfg.get("api_key_env") or "OPENAI_API_KEY") or "EMPTY"
+    client = openai.OpenAI(base_url=base_url, api_key=key, timeout=float(cfg.get("timeout_s", 600)),
+                           max_retries=int(cfg.get("max_retries", 2)))
+    tokenizer = load_tokenizer(cfg["source"], models_cache)
+    eos = [t for t in (tokenizer.eos_token_id,) if t is not None]
+    return Endpoint(client=client, model=model, tokenizer=tokenizer, name=cfg["name"], base_url=base_url, eos=eos)

