@@ -177,7 +177,7 @@ def check_baselines(cfg: Mapping[str, Any]) -> None:
 
         check_backend(cfg["llm"])
         check_internals(cfg["llm"], make_view(cfg["features"]),
-                        [(c.key, c.estimator) for c in (study.main, *study.references, *protocol)])
+                        [(c.key, c.estimator) for c in (study.main, *study.references, *protocol)], cfg["sources"]["use"])
     for name in used_baselines(cfg):
         entry = {**cfg, "estimator": cfg["baselines"][name]}
         for key, (ok, expected) in RULES.items():

@@ -69,6 +69,8 @@ def test_a_black_box_backend_refuses_what_reads_the_layers():
         check_config(tiny_cfg(**{"llm.backend": "openai"}))
     with pytest.raises(UserError, match=r"estimator probe_last reads hidden states, which llm.backend=openai"):
         check_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "estimator": "probe_last"}))
+    with pytest.raises(UserError, match=r"sources.use=\['p_true'\] with llm.backend=openai"):
+        check_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "sources.use": "[p_true]"}))
     check_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "estimator": "mice_lr"}))
 
 

@@ -159,7 +159,7 @@ def test_hidden_states_replayed_for_a_records_file_equal_the_stages(published, t
         assert replayed[name].shape == captured.shape
         # batched KV-cached decoding vs one pass: float rounding only
         np.testing.assert_allclose(replayed[name], captured, rtol=1e-4, atol=1e-4 * np.abs(captured).max())
-    monkeypatch.setattr(replay, "load_llm", lambda *a: pytest.fail("replayed states are cached"))
+    monkeypatch.setattr(replay, "load_hf", lambda *a: pytest.fail("replayed states are cached"))
     again = replay.replay_activations(cfg, Paths(root=PACKAGE_ROOT, cache=tmp_path), read_records_file(path))
     np.testing.assert_array_equal(again["mean_pool"], replayed["mean_pool"])
 

@@ -154,7 +154,7 @@ def test_a_records_file_gets_its_sources_without_its_llm_stage(stage, tiny_llm, 
     checked against the records' hashes, values equal to those computed beside the stage."""
     from mice_exp.llm.publish import publish_records
 
-    monkeypatch.setattr(sources, "load_llm", lambda *a, **k: tiny_llm)
+    monkeypatch.setattr(sources, "load_hf", lambda *a, **k: tiny_llm)
     cfg = {**stage.cfg, "paths": {"root": str(stage.paths.root), "cache": str(stage.paths.cache)}}
     plain = publish_records(cfg, tmp_path / "plain.jsonl.gz")
     cfg = {**cfg, "llm": {**cfg["llm"], "records": str(plain)}, "sources": {**cfg["sources"], "use": ["p_true"]}}

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from mice_exp.cache import read_npz, stable_hash, write_npz
 from mice_exp.llm.capture import layer_states
 from mice_exp.errors import UserError
-from mice_exp.llm.model import LLM, load_llm
+from mice_exp.llm.model import LLM, load_hf
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.records import ARRAYS, StageOutput
 from mice_exp.llm.sources import derived_folder, record_prompts, records_context
@@ -77,7 +77,7 @@ def replay_activations(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput)
             log.info("%s keeps no activations: replaying %d calls with %s into %s", llm_cfg.get("records"),
                      pending, llm_cfg["name"], out)
             _, examples, demos = records_context(cfg, paths, stage)
-            llm = load_llm(llm_cfg, paths.models)
+            llm = load_hf(llm_cfg, paths.models)
             bar = tqdm(total=len(stage.records), initial=len(stage.records) - pending, desc=f"replay {llm_cfg['name']}",
                        unit="call")
             for n in todo:

@@ -41,7 +41,7 @@ from mice_exp.cache import read_jsonl, stable_hash, write_jsonl
 from mice_exp.data import select_examples
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids, truncate
-from mice_exp.llm.model import LLM, load_llm
+from mice_exp.llm.model import LLM, load_hf
 from mice_exp.llm.prompt import chat_messages, encode, load_template, plain_text, system_prompt
 from mice_exp.llm.records import SOURCES, StageOutput
 from mice_exp.llm.stage import prompt_key, retrieved_demos
@@ -305,5 +305,5 @@ def stage_sources(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput, name
     LLM) where not cached. A records file's are cached in ``<cache>/llm/<llm>-records-<sha>/`` beside the
     demonstrations retrieved again for them (each prompt is checked against its record's hash)."""
     folder, examples, demos = records_context(cfg, paths, stage)
-    folders = compute_sources(names, cfg, folder, examples, demos, stage.records, load_llm(cfg["llm"], paths.models))
+    folders = compute_sources(names, cfg, folder, examples, demos, stage.records, load_hf(cfg["llm"], paths.models))
     return {name: load_source(folders[name], stage.ids) for name in names}
