@@ -49,6 +49,10 @@ OPTIONAL_NON_NEGATIVE_INT: Rule = (lambda v: v is None or NON_NEGATIVE_INT[0](v)
 SPLIT_NAMES = ("train", "validation", "test")  # data.splits.SPLIT_NAMES; importing it would load every data loader
 DEMO_POOLS = ("train", "all")  # data.DEMO_POOLS, for the same reason
 DEMO_POOL: Rule = (lambda v: v in DEMO_POOLS, f"one of {', '.join(DEMO_POOLS)}")
+CALL_FORMATS = ("react", "json", "tool_call")  # llm.toolcall.FORMATS, for the same reason
+CALL_FORMAT: Rule = (lambda v: v in CALL_FORMATS, f"one of {', '.join(CALL_FORMATS)}")
+TOOL_MODES = ("text", "schemas")  # llm.prompt.TOOL_MODES
+TOOL_MODE: Rule = (lambda v: v in TOOL_MODES, f"one of {', '.join(TOOL_MODES)}")
 SPLITS: Rule = (lambda v: v is None or (isinstance(v, list) and bool(v) and set(v) <= set(SPLIT_NAMES)),
                 f"null or a non-empty list of {', '.join(SPLIT_NAMES)}")
 BFCL_CATEGORIES = ("simple_python", "multiple", "live_simple", "live_multiple",  # data.bfcl.CATEGORIES
@@ -70,6 +74,8 @@ RULES: dict[str, Rule] = {
     "retrieval.device": DEVICES,
     "prompt.k_demos": NON_NEGATIVE_INT,
     "prompt.demo_pool": DEMO_POOL,
+    "prompt.format": CALL_FORMAT,
+    "prompt.tools": TOOL_MODE,
     "prompt.no_call_note": OPTIONAL_TEXT,
     "dataset.seed": INTEGER,
     "dataset.categories": CATEGORIES,
