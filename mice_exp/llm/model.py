@@ -109,32 +109,40 @@ def _random_model(cfg: Mapping[str, Any], tokenizer: Any) -> Any:
     return AutoModelForCausalLM.from_config(config)
 
 
+def load_tokenizer(source: Mapping[str, Any], models_cache: Path) -> Any:
+    """The tokenizer of a ``conf/llm`` source, without its weights (a random model's is another source's)."""
+    from transformers import AutoTokenizer
+
+    kind = source["kind"]
+    if kind == "gguf_package":
+        return AutoTokenizer.from_pretrained(converted_dir(source, models_cache))
+    if kind == "pretrained":
+        return AutoTokenizer.from_pretrained(source["path"])
+    if kind == "random":
+        return load_tokenizer(source["tokenizer"], models_cache)
+    raise UserError(f"llm.source.kind={kind!r}; expected gguf_package, pretrained or random")
+
+
 def load_llm(cfg: Mapping[str, Any], models_cache: Path) -> LLM:
     """Build the model described by a ``conf/llm`` entry (packaged GGUF, hub id / path, or random)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     keep_freed_memory()  # the forwards' large activations reuse freed heap memory instead of faulting in pages
     source = cfg["source"]
     kind = source["kind"]
     dtype = check_dtype(resolve_dtype(cfg.get("dtype", "float32"), cfg.get("device", "cpu")))
     device = resolve_device(cfg.get("device", "cpu"))
-    if kind == "gguf_package":
-        folder = converted_dir(source, models_cache)
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
-    elif kind == "pretrained":
-        path = source["path"]
+    if kind == "pretrained":
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            tokenizer = load_tokenizer(source, models_cache)
+            model = AutoModelForCausalLM.from_pretrained(source["path"], dtype=dtype)
         except OSError as error:
-            raise UserError(f"llm.source.path={path!r} could not be loaded ({error.__class__.__name__}); "
+            raise UserError(f"llm.source.path={source['path']!r} could not be loaded ({error.__class__.__name__}); "
                             "expected a local model folder or a hub id whose weights are present") from None
-    elif kind == "random":
-        tokenizer = AutoTokenizer.from_pretrained(converted_dir(source["tokenizer"], models_cache))
-        model = _random_model(source, tokenizer).to(dtype)
     else:
-        raise UserError(f"llm.source.kind={kind!r}; expected gguf_package, pretrained or random")
+        tokenizer = load_tokenizer(source, models_cache)
+        model = (_random_model(source, tokenizer).to(dtype) if kind == "random"
+                 else AutoModelForCausalLM.from_pretrained(converted_dir(source, models_cache), dtype=dtype))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
