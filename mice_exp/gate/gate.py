@@ -16,7 +16,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -37,6 +37,9 @@ from mice_exp.gate.artifact import (
 from mice_exp.gate.queries import parse_query, query_id
 from mice_exp.gate.registry import fetch, is_mlflow_uri
 from mice_exp.llm.records import StageOutput
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mice_exp.llm.prompt import PromptBuilder
 
 SPLIT = "gate"  # the split name of the gate's records (the feature view ignores it)
 
@@ -183,7 +186,7 @@ class Gate:
             self._llm = llm
         return self._llm
 
-    def builder(self) -> Any:
+    def builder(self) -> PromptBuilder:
         """The gate's :class:`~mice_exp.llm.prompt.PromptBuilder` (its saved prompt settings and templates), built
         once with the LLM's tokenizer."""
         if self._builder is None:
