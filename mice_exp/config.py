@@ -212,7 +212,8 @@ def check_config(cfg: dict[str, Any]) -> None:
 
 
 def check_data(cfg: Mapping[str, Any], paths: Any) -> Any:
-    """What only the data can tell (an empty training split, a single API under LOAO), before the LLM stage;
+    """What only the data can tell (an empty training split, a single API under LOAO, tools that cannot be
+    JSON schemas under ``prompt.tools=schemas``), before the LLM stage;
     returns the run's :class:`~mice_exp.data.Selection` (a records file is cut to it).
 
     Loading the data set here costs well under a second; finding out after generation costs the run.
@@ -224,6 +225,9 @@ def check_data(cfg: Mapping[str, Any], paths: Any) -> Any:
         expect("train" in selection.splits.values(),
                f"dataset.split={dict(cfg['dataset']['split'])} gives no training calls among the "
                f"{len(selection.examples)} examples; the estimators need training calls")
+    if cfg["prompt"].get("tools") == "schemas":
+        for example in selection.examples:  # a tool that is no schema: one line now, not after the LLM loads
+            _ = example.schemas
     apis = sorted({e.api for e in selection.examples})
     if cfg["protocol"]["name"] == "loao":
         expect(len(apis) >= 2, f"protocol=loao needs at least 2 APIs; the data set has only {apis[0]!r}; "

@@ -15,7 +15,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from mice_exp.compose import as_plain, compose_config
-from mice_exp.config import check_values
+from mice_exp.config import check_data, check_values
 from mice_exp.data import select_examples
 from mice_exp.data.bfcl import NO_CALL_DEMO, load_bfcl
 from mice_exp.data.records import Example, format_demo
@@ -115,12 +115,20 @@ def test_every_bfcl_function_converts_to_json_schema_type_names():
     assert types == {"object", "string", "integer", "number", "boolean", "array", None}  # None: BFCL's "any"
 
 
-def test_tools_without_api_name_lines_cannot_be_schemas():
-    example = Example(id="jsonl/a/1", dataset="jsonl", api="a", query="q", tools="call f with x", tool_names=("f",),
-                      gold={}, demo="")
-    with pytest.raises(UserError, match=r"^example jsonl/a/1: its tools are free text without 'API_name:' lines; "
-                                        r"prompt.tools=schemas expects"):
-        _ = example.schemas
+def test_a_jsonl_file_s_tools_become_schemas_or_one_line_before_the_llm_loads():
+    cfg = as_plain(compose_config(["prompt=json_tools", "dataset=jsonl", "dataset.path=tests/fixtures/tools.jsonl"]))
+    paths = Paths(root=PACKAGE_ROOT, cache=PACKAGE_ROOT / ".cache")
+    examples = {e.id: e for e in select_examples(cfg["dataset"], paths).examples}
+    weather, add_date = examples["jsonl/weather/1"].schemas  # a list of tools, parameters in the short form
+    assert weather["function"]["parameters"] == {"type": "object", "properties": {"city": {"type": "string"},
+                                                 "day": {"type": "string"}}, "required": []}
+    assert add_date["function"] == {"name": "add_date", "description": "Add days to a date.",
+                                    "parameters": {"type": "object", "properties": {}, "required": []}}
+    assert examples["jsonl/add_date/b"].schemas[0]["function"]["name"] == "add_date"  # STE-style text
+    with pytest.raises(UserError, match=r"^example jsonl/add_date/c: its tools are free text without 'API_name:' "
+                                        r"lines; prompt.tools=schemas expects"):
+        check_data(cfg, paths)
+    check_data(as_plain(compose_config(["dataset=jsonl", "dataset.path=tests/fixtures/tools.jsonl"])), paths)
 
 
 # --- reply formats ----------------------------------------------------------------------
