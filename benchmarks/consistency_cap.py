@@ -21,10 +21,10 @@ from mice_exp.compose import as_plain, compose_config
 from mice_exp.data import select_examples
 from mice_exp.llm.capture import generate_ids, truncate
 from mice_exp.llm.model import load_llm
+from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file
 from mice_exp.llm.sources import Prompts, agreement, prefill
 from mice_exp.llm.stage import retrieved_demos
-from mice_exp.llm.toolcall import parse_call
 from mice_exp.paths import paths_from
 
 
@@ -37,20 +37,22 @@ def main(llm_name: str, n: int) -> None:
     examples = {e.id: e for e in selection.examples}
     demos = retrieved_demos(Path(tempfile.mkdtemp()), cfg, selection)
     llm = load_llm(cfg["llm"], paths.models)
+    builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
+    fmt = builder.fmt
     torch.manual_seed(int(settings["seed"]))
     tests = [r for r in stage.records if r["split"] == "test"]
     changed, longer, start = 0, [], time.time()
     for record in tests[:: max(1, len(tests) // n)][:n]:
         kept = [examples[d] for d in demos[record["id"]][:record["n_demos"]]]
-        prompt = Prompts(llm, cfg, examples[record["id"]], kept, record).original
+        prompt = Prompts(builder, examples[record["id"]], kept, record).original
         cache = prefill(llm, prompt[:-1])
         cache.batch_repeat_interleave(int(settings["samples"]))
-        out = generate_ids(llm, [prompt] * int(settings["samples"]), budget, cache=cache, do_sample=True,
+        out = generate_ids(llm, [prompt] * int(settings["samples"]), budget, cache=cache, fmt=fmt, do_sample=True,
                            temperature=float(settings["temperature"]), top_k=0, top_p=1.0)
         cap = len(record["token_ids"]) + int(settings["extra_tokens"])
-        full = [truncate(llm.tokenizer, row.tolist(), llm.eos_ids()) for row in out]
-        cut = [parse_call(truncate(llm.tokenizer, row[:cap].tolist(), llm.eos_ids())[2]) for row in out]
-        calls = [parse_call(text) for _, _, text in full]
+        full = [truncate(llm.tokenizer, row.tolist(), llm.eos_ids(), fmt) for row in out]
+        cut = [fmt.parse(truncate(llm.tokenizer, row[:cap].tolist(), llm.eos_ids(), fmt)[2]) for row in out]
+        calls = [fmt.parse(text) for _, _, text in full]
         uncut_value, cut_value = agreement(calls, record), agreement(cut, record)
         changed += uncut_value != cut_value
         longer += [len(ids) - len(record["token_ids"]) for (ids, _, _), call in zip(full, calls)

@@ -123,7 +123,7 @@ def instrumented(phases: Phases) -> Iterator[dict[str, Any]]:
         phases.wrap(llm.tokenizer, "batch_decode", "layer strings")
         holder["llm"] = llm
         return llm
-    undo = [phases.wrap(stage, "retrieved_demos", "retrieval (encoder load + ranking)"), phases.wrap(stage, "build_prompt", "prompts"),
+    undo = [phases.wrap(stage, "retrieved_demos", "retrieval (encoder load + ranking)"), phases.wrap(stage.PromptBuilder, "build", "prompts"),
             phases.wrap(capture, "generate_ids", "generate"), phases.wrap(capture, "lens_argmax", "logit lens"),
             phases.wrap(capture, "truncate", "truncation"), phases.wrap(stage, "make_record", "records"),
             phases.wrap(stage, "write_npz", "cache writes"), phases.wrap(stage, "write_jsonl", "cache writes"),
@@ -283,7 +283,7 @@ def main() -> None:
 def plain_vs_capture(cfg: dict[str, Any], llm: Any, records: list[dict[str, Any]], tmp: Path, captured: float) -> None:
     """Plain greedy generation (transformers' stock DynamicCache) + the lens GEMM on the same batches."""
     from mice_exp.data import select_examples
-    from mice_exp.llm.prompt import build_prompt
+    from mice_exp.llm.prompt import PromptBuilder
     from mice_exp.cache import read_json
 
     paths = paths_from(cfg["paths"])
@@ -291,8 +291,8 @@ def plain_vs_capture(cfg: dict[str, Any], llm: Any, records: list[dict[str, Any]
     folder = next((tmp / "fp32" / "llm").iterdir())
     demos = read_json(folder / "demos.json")
     budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
-    prompts = {i: build_prompt(examples[i], [examples[d] for d in demos[i]], llm.tokenizer, cfg["prompt"], budget)
-               for i in sorted(examples)}
+    builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
+    prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget) for i in sorted(examples)}
     by_id = {r["id"]: r for r in records}
     max_new = int(cfg["llm"]["max_new_tokens"])
     plain = lens = 0.0
@@ -300,10 +300,10 @@ def plain_vs_capture(cfg: dict[str, Any], llm: Any, records: list[dict[str, Any]
     with torch.inference_mode():
         for batch in stage.batches(prompts, int(cfg["llm"]["batch_size"])):
             start = clock()
-            out = capture.generate_plain(llm, [prompts[i].ids for i in batch], max_new)
+            out = capture.generate_plain(llm, [prompts[i].ids for i in batch], max_new, builder.fmt)
             plain += clock() - start
             for i, row in zip(batch, out):
-                ids, _, _ = capture.truncate(llm.tokenizer, row.tolist(), llm.eos_ids())
+                ids, _, _ = capture.truncate(llm.tokenizer, row.tolist(), llm.eos_ids(), builder.fmt)
                 same += ids == by_id[i]["token_ids"]
             n = sum(len(by_id[i]["token_ids"]) for i in batch) * (llm.n_layers - 1)
             rows = torch.randn(n, llm.hidden_size, dtype=llm.model.dtype)

@@ -19,6 +19,7 @@ import numpy as np
 
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.llm.model import load_llm
+from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.replay import replay_states
 from mice_exp.llm.sources import record_prompts, records_context
@@ -34,8 +35,9 @@ def main(llm_name: str, stage_folder: Path, n: int) -> None:
     assert captured.ids[:n] == stage.ids[:n], "the stage cache and the records file list other calls"
     _, examples, demos = records_context(cfg, paths, stage)
     llm = load_llm(cfg["llm"], paths.models)
+    builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
     start = time.perf_counter()
-    states = [replay_states(llm, record_prompts(llm, cfg, examples, demos, r).original, r["token_ids"])
+    states = [replay_states(llm, record_prompts(builder, examples, demos, r).original, r["token_ids"])
               for r in stage.records[:n]]
     seconds = time.perf_counter() - start
     replayed = shard_arrays(states, store_tokens=False)

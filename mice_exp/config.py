@@ -49,6 +49,10 @@ OPTIONAL_NON_NEGATIVE_INT: Rule = (lambda v: v is None or NON_NEGATIVE_INT[0](v)
 SPLIT_NAMES = ("train", "validation", "test")  # data.splits.SPLIT_NAMES; importing it would load every data loader
 DEMO_POOLS = ("train", "all")  # data.DEMO_POOLS, for the same reason
 DEMO_POOL: Rule = (lambda v: v in DEMO_POOLS, f"one of {', '.join(DEMO_POOLS)}")
+CALL_FORMATS = ("react", "json", "tool_call")  # llm.toolcall.FORMATS, for the same reason
+CALL_FORMAT: Rule = (lambda v: v in CALL_FORMATS, f"one of {', '.join(CALL_FORMATS)}")
+TOOL_MODES = ("text", "schemas")  # llm.prompt.TOOL_MODES
+TOOL_MODE: Rule = (lambda v: v in TOOL_MODES, f"one of {', '.join(TOOL_MODES)}")
 SPLITS: Rule = (lambda v: v is None or (isinstance(v, list) and bool(v) and set(v) <= set(SPLIT_NAMES)),
                 f"null or a non-empty list of {', '.join(SPLIT_NAMES)}")
 BFCL_CATEGORIES = ("simple_python", "multiple", "live_simple", "live_multiple",  # data.bfcl.CATEGORIES
@@ -70,6 +74,8 @@ RULES: dict[str, Rule] = {
     "retrieval.device": DEVICES,
     "prompt.k_demos": NON_NEGATIVE_INT,
     "prompt.demo_pool": DEMO_POOL,
+    "prompt.format": CALL_FORMAT,
+    "prompt.tools": TOOL_MODE,
     "prompt.no_call_note": OPTIONAL_TEXT,
     "dataset.seed": INTEGER,
     "dataset.categories": CATEGORIES,
@@ -212,7 +218,8 @@ def check_config(cfg: dict[str, Any]) -> None:
 
 
 def check_data(cfg: Mapping[str, Any], paths: Any) -> Any:
-    """What only the data can tell (an empty training split, a single API under LOAO), before the LLM stage;
+    """What only the data can tell (an empty training split, a single API under LOAO, tools that cannot be
+    JSON schemas under ``prompt.tools=schemas``), before the LLM stage;
     returns the run's :class:`~mice_exp.data.Selection` (a records file is cut to it).
 
     Loading the data set here costs well under a second; finding out after generation costs the run.
@@ -224,6 +231,9 @@ def check_data(cfg: Mapping[str, Any], paths: Any) -> Any:
         expect("train" in selection.splits.values(),
                f"dataset.split={dict(cfg['dataset']['split'])} gives no training calls among the "
                f"{len(selection.examples)} examples; the estimators need training calls")
+    if cfg["prompt"].get("tools") == "schemas":
+        for example in selection.examples:  # a tool that is no schema: one line now, not after the LLM loads
+            _ = example.schemas
     apis = sorted({e.api for e in selection.examples})
     if cfg["protocol"]["name"] == "loao":
         expect(len(apis) >= 2, f"protocol=loao needs at least 2 APIs; the data set has only {apis[0]!r}; "

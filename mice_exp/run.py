@@ -159,9 +159,10 @@ def _argument_scores(cfg: dict[str, Any], paths: Paths, records: list[dict[str, 
     """Per-argument and API-name confidence on the test calls, labelled against their examples' gold."""
     from mice_exp.features.arguments import argument_metrics
     from mice_exp.data import select_examples
+    from mice_exp.llm.toolcall import call_format
 
     examples = {e.id: e for e in select_examples(cfg["dataset"], paths).examples}
-    scores = argument_metrics([r for r in records if r["split"] == "test"], examples)
+    scores = argument_metrics([r for r in records if r["split"] == "test"], examples, call_format(cfg["prompt"]))
     print("\n" + scores.summary())
     return scores.metrics
 

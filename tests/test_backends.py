@@ -30,17 +30,17 @@ def test_hf_is_the_capture_itself(tmp_path, tiny_llm):
     """The stage's calls are the capture's own generations (the code every published record was made with)."""
     from mice_exp.cache import read_json
     from mice_exp.data import select_examples
-    from mice_exp.llm.prompt import build_prompt
+    from mice_exp.llm.prompt import PromptBuilder
 
     records = stage_records(tiny_cfg(), tmp_path, tiny_llm)
     cfg = tiny_cfg()
     folder = next((tmp_path / "llm").iterdir())
     examples = {e.id: e for e in select_examples(cfg["dataset"], paths_in(tmp_path)).examples}
     demos = read_json(folder / "demos.json")
+    builder = PromptBuilder.from_config(cfg["prompt"], tiny_llm.tokenizer)
     for r in records[:2]:
-        prompt = build_prompt(examples[r["id"]], [examples[d] for d in demos[r["id"]]], tiny_llm.tokenizer,
-                              cfg["prompt"], 8192)
-        (alone,) = generate_batch(tiny_llm, [prompt.ids], 6)
+        prompt = builder.build(examples[r["id"]], [examples[d] for d in demos[r["id"]]], 8192)
+        (alone,) = generate_batch(tiny_llm, [prompt.ids], 6, builder.fmt)
         assert alone.token_ids == r["token_ids"] and alone.text == r["text"]
 
 

@@ -22,7 +22,7 @@ from mice_exp.data.records import Example
 from mice_exp.data.splits import assign_splits
 from mice_exp.errors import UserError
 from mice_exp.features.arguments import argument_metrics
-from mice_exp.llm.prompt import build_prompt, chat_messages, load_template, plain_text, system_prompt
+from mice_exp.llm.prompt import PromptBuilder, load_template, system_prompt
 from mice_exp.llm.stage import prompt_key, stage_key
 from mice_exp.llm.toolcall import parse_call
 from mice_exp.paths import PACKAGE_ROOT
@@ -182,7 +182,8 @@ def test_bfcl_relevance_sets_bfcl_s_note_and_every_other_data_set_has_none():
     assert as_plain(compose_config(["dataset=bfcl_relevance"]))["dataset"]["categories"] == RELEVANCE
 
 
-def test_bfcl_relevance_is_zero_shot_so_the_prompt_shows_only_the_entry_s_own_functions(tmp_path, relevance):
+def test_bfcl_relevance_is_zero_shot_so_the_prompt_shows_only_the_entry_s_own_functions(tmp_path, relevance,
+                                                                                        tokenizer):
     from mice_exp.data import select_examples
     from mice_exp.llm.stage import retrieved_demos
     from mice_exp.paths import Paths
@@ -193,31 +194,31 @@ def test_bfcl_relevance_is_zero_shot_so_the_prompt_shows_only_the_entry_s_own_fu
     demos = retrieved_demos(tmp_path, cfg, selection)  # no encoder loaded, nothing retrieved
     assert demos == {e.id: [] for e in selection.examples}
     example = selection.examples[0]
-    head = chat_messages(example, [], load_template(cfg["prompt"]["template"]), system_prompt(cfg["prompt"]))
+    head = PromptBuilder.from_config(cfg["prompt"], tokenizer).messages(example, [])
     assert len(head) == 2 and example.tools in head[0]["content"] and BFCL_NOTE in head[0]["content"]
 
 
-def test_the_note_follows_the_system_text_when_set_and_changes_nothing_when_null(relevance):
+def test_the_note_follows_the_system_text_when_set_and_changes_nothing_when_null(relevance, tokenizer):
     cfg = prompt_cfg()
-    template, system = load_template(cfg["template"]), load_template(cfg["system"]).strip()
+    system = load_template(cfg["system"]).strip()
     assert system_prompt(cfg) == system == system_prompt({k: v for k, v in cfg.items() if k != "no_call_note"})
-    noted = system_prompt(cfg | {"no_call_note": BFCL_NOTE})
-    assert noted == f"{system} {BFCL_NOTE}"
+    assert system_prompt(cfg | {"no_call_note": BFCL_NOTE}) == f"{system} {BFCL_NOTE}"
+    noted = PromptBuilder.from_config(cfg | {"no_call_note": BFCL_NOTE}, tokenizer)
     query, demos = relevance[1], relevance[2:4]
-    chat = chat_messages(query, demos, template, noted)
+    chat = noted.messages(query, demos)
     assert chat[0]["content"].startswith(f"{system} {BFCL_NOTE}\n\nYour task is")
     assert chat[2]["content"] == NO_CALL_DEMO  # a demonstration turn: the reply with no call
-    assert plain_text(query, demos, template, noted).startswith(f"{system} {BFCL_NOTE}\n\n")
-    assert BFCL_NOTE not in plain_text(query, demos, template, system_prompt(cfg))
+    assert noted.text(query, demos).startswith(f"{system} {BFCL_NOTE}\n\n")
+    assert BFCL_NOTE not in PromptBuilder.from_config(cfg, tokenizer).text(query, demos)
 
 
 def test_a_null_note_builds_the_same_tokens_and_key_as_before_the_note_existed(relevance, tokenizer):
     cfg = prompt_cfg()
     before = {k: v for k, v in cfg.items() if k != "no_call_note"}
     query, demos = relevance[0], relevance[1:3]
-    ids = build_prompt(query, demos, tokenizer, cfg, 8000).ids
-    assert ids == build_prompt(query, demos, tokenizer, before, 8000).ids
-    noted = build_prompt(query, demos, tokenizer, cfg | {"no_call_note": BFCL_NOTE}, 8000).ids
+    ids = PromptBuilder.from_config(cfg, tokenizer).build(query, demos, 8000).ids
+    assert ids == PromptBuilder.from_config(before, tokenizer).build(query, demos, 8000).ids
+    noted = PromptBuilder.from_config(cfg | {"no_call_note": BFCL_NOTE}, tokenizer).build(query, demos, 8000).ids
     assert len(noted) > len(ids) and tokenizer.decode(noted).count(BFCL_NOTE) == 1
     assert prompt_key(cfg) == prompt_key(before) and "no_call_note" not in prompt_key(cfg)
     assert prompt_key(cfg | {"no_call_note": BFCL_NOTE})["no_call_note"] == BFCL_NOTE

@@ -13,7 +13,7 @@ from mice_exp.cache import stable_hash
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.data import demo_pool, select_examples
 from mice_exp.errors import UserError
-from mice_exp.llm.prompt import build_prompt, chat_messages, load_template
+from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_records_header
 from mice_exp.llm.stage import retrieved_demos, stage_key
 from mice_exp.paths import PACKAGE_ROOT, Paths
@@ -26,14 +26,14 @@ def ste(*overrides: str) -> tuple[dict, object]:
     return cfg, select_examples(cfg["dataset"], Paths(root=PACKAGE_ROOT, cache=PACKAGE_ROOT / ".cache"))
 
 
-def shown_evaluation_calls(cfg: dict, selection, demos: dict[str, list[str]]) -> set[str]:
+def shown_evaluation_calls(cfg: dict, selection, demos: dict[str, list[str]], tokenizer) -> set[str]:
     """Validation and test calls whose query appears in a demonstration turn of some prompt."""
     by_id = {e.id: e for e in selection.examples}
     evaluation = {e.query: e.id for e in selection.examples if selection.splits[e.id] != "train"}
-    template, system = load_template(cfg["prompt"]["template"]), load_template(cfg["prompt"]["system"])
+    builder = PromptBuilder.from_config(cfg["prompt"], tokenizer)
     shown = set()
     for example in selection.examples:
-        messages = chat_messages(example, [by_id[d] for d in demos[example.id]], template, system)
+        messages = builder.messages(example, [by_id[d] for d in demos[example.id]])
         for turn in messages[1:-1]:  # the demonstrations: the system turn and the query itself are not
             shown |= {i for query, i in evaluation.items() if turn["content"] == f"User Query: {query}"}
     return shown
@@ -48,16 +48,16 @@ def demos_by_pool(tmp_path_factory) -> dict[str, tuple[dict, object, dict]]:
     return out
 
 
-def test_the_train_pool_shows_no_evaluation_call_in_any_prompt(demos_by_pool):
+def test_the_train_pool_shows_no_evaluation_call_in_any_prompt(demos_by_pool, tokenizer):
     cfg, selection, demos = demos_by_pool["train"]
     assert len(demos) == 750 and all(len(d) == 8 for d in demos.values())
     assert {selection.splits[d] for ids in demos.values() for d in ids} == {"train"}
-    assert shown_evaluation_calls(cfg, selection, demos) == set()
+    assert shown_evaluation_calls(cfg, selection, demos, tokenizer) == set()
 
 
-def test_the_all_pool_shows_evaluation_calls_as_the_published_records_did(demos_by_pool):
+def test_the_all_pool_shows_evaluation_calls_as_the_published_records_did(demos_by_pool, tokenizer):
     cfg, selection, demos = demos_by_pool["all"]
-    shown = shown_evaluation_calls(cfg, selection, demos)
+    shown = shown_evaluation_calls(cfg, selection, demos, tokenizer)
     assert len(shown) > 300  # nearly every one of the 350: what the train pool exists to prevent
     assert all(i not in ids for i, ids in demos.items())  # never the call itself
 
@@ -72,8 +72,9 @@ def test_the_all_pool_rebuilds_the_published_pool_all_prompts(demos_by_pool, tok
     by_id = {e.id: e for e in selection.examples}
     budget = cfg["llm"]["context_window"] - cfg["llm"]["max_new_tokens"]
     records = read_records_file(POOL_ALL).records
-    rebuilt = {r["id"]: stable_hash(build_prompt(by_id[r["id"]], [by_id[d] for d in demos[r["id"]]], tokenizer,
-                                                 cfg["prompt"], budget).ids) for r in records}
+    builder = PromptBuilder.from_config(cfg["prompt"], tokenizer)
+    rebuilt = {r["id"]: stable_hash(builder.build(by_id[r["id"]], [by_id[d] for d in demos[r["id"]]], budget).ids)
+               for r in records}
     assert sum(rebuilt[r["id"]] == r["prompt_hash"] for r in records) == 750
 
 

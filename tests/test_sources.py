@@ -13,6 +13,7 @@ from mice_exp.cache import read_json, stable_hash
 from mice_exp.data import select_examples
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids
+from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.sources import (Prompts, agreement, compute_sources, load_source, option_token_ids, parse_percent,
                                   prefill, semantic_confidence, shared_length, stage_sources)
@@ -72,7 +73,8 @@ def stage(tmp_path_factory, tiny_llm):
 
 def prompts_of(stage, llm, record):
     demos = [stage.examples[d] for d in stage.demos[record["id"]][:record["n_demos"]]]
-    return Prompts(llm, stage.cfg, stage.examples[record["id"]], demos, record)
+    return Prompts(PromptBuilder.from_config(stage.cfg["prompt"], llm.tokenizer), stage.examples[record["id"]], demos,
+                   record)
 
 
 def test_every_source_is_computed_once_per_record_and_cached(stage, tiny_llm, monkeypatch):
@@ -168,8 +170,9 @@ def test_a_records_file_gets_its_sources_without_its_llm_stage(stage, tiny_llm, 
     record = swapped.records[0]
     order = [stage.examples[d] for d in stage.demos[record["id"]][:record["n_demos"]]]
     assert len(order) == 2
-    record["prompt_hash"] = stable_hash(Prompts(tiny_llm, cfg, stage.examples[record["id"]], order[::-1], {}).original)
-    assert Prompts(tiny_llm, cfg, stage.examples[record["id"]], order, record).demos == order[::-1]
+    builder = PromptBuilder.from_config(cfg["prompt"], tiny_llm.tokenizer)
+    record["prompt_hash"] = stable_hash(Prompts(builder, stage.examples[record["id"]], order[::-1], {}).original)
+    assert Prompts(builder, stage.examples[record["id"]], order, record).demos == order[::-1]
 
     tampered = read_records_file(plain)
     tampered.records[0]["prompt_hash"] = "0" * 16

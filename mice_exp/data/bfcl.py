@@ -18,9 +18,9 @@ and ``is_empty_output`` (``bfcl_eval/utils.py``) is false, i.e. it gives a non-e
 and ``live_irrelevance`` pass iff the reply contains no call; ``live_relevance`` passes iff it
 contains one. Neither the function name nor the arguments are checked: any call, even to a
 function the entry does not offer, passes live_relevance and fails the irrelevance categories.
-Here a reply's call is what :func:`mice_exp.llm.toolcall.parse_call` parses (an ``Action:`` name
-and a JSON object after ``Action Input:``); a reply it cannot parse has no call, as a reply
-BFCL's decoder rejects has none (:func:`mice_exp.data.labels.is_correct`).
+Here a reply's call is what the prompt's reply format parses (:mod:`mice_exp.llm.toolcall`, e.g. an
+``Action:`` name and a JSON object after ``Action Input:``); a reply it cannot parse has no call, as a
+reply BFCL's decoder rejects has none (:func:`mice_exp.data.labels.is_correct`).
 """
 
 from __future__ import annotations

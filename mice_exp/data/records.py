@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
+
+from mice_exp.data.schemas import Schema, tool_schemas
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,12 @@ class Example:
     gold: Any  # dataset-specific gold (JSON-serialisable)
     demo: str  # the gold call as a demonstration: 'Action: <api>\nAction Input: <json>' (BFCL's irrelevance:
     #            a reply with no call); "" when the example cannot serve as one (kept out of the demo pool)
+
+    @cached_property
+    def schemas(self) -> list[Schema]:
+        """The tools as OpenAI-style function schemas (:mod:`mice_exp.data.schemas`), converted once, when a
+        prompt first shows them (``prompt.tools=schemas``); ``tools`` stays the one stored form."""
+        return tool_schemas(self.tools, f"example {self.id}")
 
 
 def format_demo(action: str, action_input: str | dict[str, Any]) -> str:

@@ -19,7 +19,6 @@ argument of a call with a wrong one is a wrong one (localization).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -29,40 +28,20 @@ import numpy as np
 
 from mice_exp.data.labels import argument_labels, gold_api
 from mice_exp.data.records import Example
-from mice_exp.llm.toolcall import find_spans
+from mice_exp.llm.toolcall import REACT, CallFormat, Span, member_spans
 from mice_exp.metrics import auroc, smece
 from mice_exp.tracking.schema import API_NAME, ARGUMENT, LENS, PRODUCT, span_key
 
-_DECODER = json.JSONDecoder()
-Span = tuple[int, int]
 
-
-def _skip_space(text: str, i: int) -> int:
-    while i < len(text) and text[i].isspace():
-        i += 1
-    return i
-
-
-def argument_spans(text: str) -> dict[str, Span]:
+def argument_spans(text: str, fmt: CallFormat = REACT) -> dict[str, Span]:
     """Character span of each top-level argument's value in the call's argument JSON ({} if none parses)."""
-    args = find_spans(text).args
+    args = fmt.spans(text).args
     if args is None:
         return {}
-    spans, i = {}, _skip_space(text, args[0] + 1)
     try:
-        while i < args[1] and text[i] != "}":
-            key, i = _DECODER.raw_decode(text, i)
-            i = _skip_space(text, i)
-            if text[i] != ":":
-                return {}
-            start = _skip_space(text, i + 1)
-            _, end = _DECODER.raw_decode(text, start)
-            spans[str(key)] = (start, end)
-            i = _skip_space(text, end)
-            i = _skip_space(text, i + 1) if text[i] == "," else i
-    except (json.JSONDecodeError, IndexError):
+        return dict(member_spans(text, args[0]))
+    except ValueError:
         return {}
-    return spans
 
 
 def _tokens(record: Mapping[str, Any], span: Span) -> list[int]:
@@ -90,23 +69,24 @@ def lens_agreement(record: Mapping[str, Any], span: Span) -> float:
 CONFIDENCES: dict[str, Callable[[Mapping[str, Any], Span], float]] = {PRODUCT: token_product, LENS: lens_agreement}
 
 
-def argument_confidences(record: Mapping[str, Any], confidence: str = PRODUCT) -> dict[str, float]:
+def argument_confidences(record: Mapping[str, Any], confidence: str = PRODUCT,
+                         fmt: CallFormat = REACT) -> dict[str, float]:
     """One confidence of each top-level argument of the record's call ({} for an unparseable call)."""
     of = CONFIDENCES[confidence]
-    return {name: of(record, span) for name, span in argument_spans(record["text"]).items()}
+    return {name: of(record, span) for name, span in argument_spans(record["text"], fmt).items()}
 
 
-def api_confidence(record: Mapping[str, Any], confidence: str = PRODUCT) -> float:
-    """One confidence of the call's API name (NaN when the text has no "Action:" line)."""
-    span = find_spans(record["text"]).api
+def api_confidence(record: Mapping[str, Any], confidence: str = PRODUCT, fmt: CallFormat = REACT) -> float:
+    """One confidence of the call's API name (NaN when the text names no API)."""
+    span = fmt.spans(record["text"]).api
     return math.nan if span is None else CONFIDENCES[confidence](record, span)
 
 
-def answer_arguments(record: Mapping[str, Any]) -> tuple[dict[str, float], str | None]:
+def answer_arguments(record: Mapping[str, Any], fmt: CallFormat = REACT) -> tuple[dict[str, float], str | None]:
     """The gate's per-argument answer: ``{name: token product}`` and None, or ``{}`` and why there is none."""
     if record.get("pred_args") is None:
         return {}, f"no per-argument confidence: the call is unparseable ({record.get('parse_error')})"
-    return argument_confidences(record), None
+    return argument_confidences(record, fmt=fmt), None
 
 
 @dataclass
@@ -157,8 +137,10 @@ def _pooled(scores: Mapping[str, list[float]], right: list[int], span: str, what
     return out
 
 
-def argument_metrics(records: Iterable[Mapping[str, Any]], examples: Mapping[str, Example]) -> ArgumentScores:
-    """Pooled per-argument and API-name scores of ``records`` whose example (by id) has a gold API.
+def argument_metrics(records: Iterable[Mapping[str, Any]], examples: Mapping[str, Example],
+                     fmt: CallFormat = REACT) -> ArgumentScores:
+    """Pooled per-argument and API-name scores of ``records`` whose example (by id) has a gold API; ``fmt``:
+    the format the records' replies are in (``prompt.format``).
 
     ``argument.*``: the arguments of parsed calls to the gold API, labelled by
     :func:`argument_labels`; ``*.localization``: share of those calls with a wrong argument whose
@@ -174,11 +156,11 @@ def argument_metrics(records: Iterable[Mapping[str, Any]], examples: Mapping[str
             continue
         api_right.append(int(record["pred_api"] == gold_api(example)))
         for c in CONFIDENCES:
-            api_scores[c].append(api_confidence(record, c))
+            api_scores[c].append(api_confidence(record, c, fmt))
         args = record.get("pred_args")
         if not api_right[-1] or not isinstance(args, dict):
             continue
-        per_confidence = {c: argument_confidences(record, c) for c in CONFIDENCES}
+        per_confidence = {c: argument_confidences(record, c, fmt) for c in CONFIDENCES}
         right = {name: int(ok) for name, ok in argument_labels(example, args).items() if name in per_confidence[PRODUCT]}
         arg_right += right.values()
         if right and not all(right.values()):

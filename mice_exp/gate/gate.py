@@ -2,7 +2,7 @@
 
 A query goes through the pipeline's own steps, in the same order and with the same functions:
 demonstrations retrieved from the saved pool (:func:`mice_exp.data.retrieval.rank_demos`), the
-prompt (:func:`mice_exp.llm.prompt.build_prompt`), the LLM stage's own batches and batch loop
+prompt (:meth:`mice_exp.llm.prompt.PromptBuilder.build`), the LLM stage's own batches and batch loop
 (:func:`mice_exp.llm.stage.batches`, :func:`mice_exp.llm.stage.run_batch`: generation with capture,
 records, pooled arrays), held in memory as a :class:`mice_exp.llm.records.StageOutput` so
 :func:`mice_exp.features.build_features` builds the feature row exactly as it does for a run, and the estimator's ``predict_proba`` on what
@@ -16,7 +16,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -37,6 +37,9 @@ from mice_exp.gate.artifact import (
 from mice_exp.gate.queries import parse_query, query_id
 from mice_exp.gate.registry import fetch, is_mlflow_uri
 from mice_exp.llm.records import StageOutput
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mice_exp.llm.prompt import PromptBuilder
 
 SPLIT = "gate"  # the split name of the gate's records (the feature view ignores it)
 
@@ -98,6 +101,7 @@ class Gate:
         self.prompt_cfg = dict(spec["prompt"]) | templates  # the saved copies, not today's shipped files
         self.models = models  # where converted model weights are cached (default: <project>/.cache/models)
         self._llm = None
+        self._builder = None
         self._encoder = None
         self._keep = keep  # the temporary download of an MLflow source lives as long as the gate
         self.timing: dict[str, float] = {}
@@ -182,6 +186,15 @@ class Gate:
             self._llm = llm
         return self._llm
 
+    def builder(self) -> PromptBuilder:
+        """The gate's :class:`~mice_exp.llm.prompt.PromptBuilder` (its saved prompt settings and templates), built
+        once with the LLM's tokenizer."""
+        if self._builder is None:
+            from mice_exp.llm.prompt import PromptBuilder
+
+            self._builder = PromptBuilder.from_config(self.prompt_cfg, self.llm().tokenizer)
+        return self._builder
+
     def encoder(self) -> Any:
         if self._encoder is None:
             from mice_exp.data.retrieval import SentenceEncoder
@@ -207,7 +220,6 @@ class Gate:
         tokens' probabilities ({} and ``arguments_error`` saying why for an unparseable call); a query
         that cannot be run gets ``error`` (and no decision) while the others still run."""
         from mice_exp.data.retrieval import rank_demos
-        from mice_exp.llm.prompt import build_prompt
 
         start = time.perf_counter()
         answers: list[dict[str, Any] | None] = [None] * len(queries)
@@ -220,15 +232,14 @@ class Gate:
                 answers[i] = self._error(ids[i], str(error))
         prompts = {}
         if examples:
-            llm, k = self.llm(), int(self.prompt_cfg["k_demos"])
+            builder, k = self.builder(), int(self.prompt_cfg["k_demos"])
             demos = (rank_demos(list(examples.values()), k, self.encoder(), pool=self.pool) if k
                      else {e.id: [] for e in examples.values()})  # zero-shot
             by_id = {e.id: e for e in self.pool}
             budget = int(self.llm_cfg["context_window"]) - int(self.llm_cfg["max_new_tokens"])
             for i, example in examples.items():
                 try:
-                    prompts[i] = build_prompt(example, [by_id[d] for d in demos[example.id]], llm.tokenizer,
-                                              self.prompt_cfg, budget)
+                    prompts[i] = builder.build(example, [by_id[d] for d in demos[example.id]], budget)
                 except UserError as error:
                     answers[i] = self._error(ids[i], str(error).replace(example.id, f"query {ids[i]!r}"))
         self.timing = {"prepare_s": time.perf_counter() - start}
@@ -249,7 +260,7 @@ class Gate:
         bar = tqdm(total=len(prompts), desc=f"gate {llm.name}", unit="query", leave=False)
         records, arrays = [], []
         for batch in batches(prompts, int(self.llm_cfg["batch_size"])):
-            rows, pooled = run_batch(llm, batch, examples, dict.fromkeys(batch, SPLIT), prompts,
+            rows, pooled = run_batch(llm, batch, examples, dict.fromkeys(batch, SPLIT), prompts, self.builder().fmt,
                                      int(self.llm_cfg["max_new_tokens"]))
             records += rows
             arrays.append(pooled)
@@ -269,7 +280,7 @@ class Gate:
     def _answer(self, qid: Any, record: Mapping[str, Any], p: float) -> dict[str, Any]:
         from mice_exp.features.arguments import answer_arguments
 
-        arguments, why_none = answer_arguments(record)
+        arguments, why_none = answer_arguments(record, self.builder().fmt)
         return {"id": qid, "call": {"api": record["pred_api"], "args": record["pred_args"]}, "text": record["text"],
                 "probability": p, "decision": "execute" if p > self.tau else "abstain", "tau": self.tau,
                 "raw_confidence": record["raw_confidence"], "arguments": arguments, "arguments_error": why_none,

@@ -21,7 +21,7 @@ from transformers import DynamicCache, GenerationConfig, StoppingCriteria, Stopp
 from transformers.cache_utils import DynamicLayer
 
 from mice_exp.llm.model import LLM
-from mice_exp.llm.toolcall import stop_offset
+from mice_exp.llm.toolcall import REACT, CallFormat
 
 LENS_ROWS = 1024  # rows per lens GEMM chunk: bounds the (rows x |V|) logits buffer
 
@@ -80,18 +80,20 @@ def reserved_cache(llm: LLM, capacity: int) -> DynamicCache:
 
 
 class _StopAtCall(StoppingCriteria):
-    """Stops a sequence once its text holds a complete Action Input JSON or "Observation"."""
+    """Stops a sequence once its text holds a complete call in the reply format (:meth:`CallFormat.stop_offset`:
+    STE's, a complete Action Input JSON or "Observation")."""
 
-    def __init__(self, tokenizer, prompt_len: int, batch: int):
+    def __init__(self, tokenizer, prompt_len: int, batch: int, fmt: CallFormat):
         self.tokenizer = tokenizer
         self.prompt_len = prompt_len
         self.done = [False] * batch
+        self.fmt = fmt
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
         for b, finished in enumerate(self.done):
             if not finished:
                 text = self.tokenizer.decode(input_ids[b, self.prompt_len:], skip_special_tokens=True)
-                self.done[b] = stop_offset(text) is not None
+                self.done[b] = self.fmt.stop_offset(text) is not None
         return torch.tensor(self.done, device=input_ids.device)
 
 
@@ -159,8 +161,9 @@ def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.devic
 
 
 def generate_ids(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int, cache: Any = None,
-                 **sampling) -> torch.Tensor:
-    """Generated ids (prompt removed) under the tool-call stopping rule; greedy unless ``sampling`` says otherwise.
+                 fmt: CallFormat = REACT, **sampling) -> torch.Tensor:
+    """Generated ids (prompt removed) under the stopping rule of the reply format ``fmt``; greedy unless
+    ``sampling`` says otherwise.
 
     A fresh GenerationConfig keeps the model's own defaults (temperature, top-k, penalties) out.
     ``cache``, a cache of a prefix of every prompt, skips re-encoding that prefix.
@@ -169,7 +172,7 @@ def generate_ids(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int
     config = GenerationConfig(**({"do_sample": False} | sampling), max_new_tokens=max_new_tokens, num_beams=1,
                               pad_token_id=llm.tokenizer.pad_token_id, eos_token_id=llm.eos_ids())
     rows = len(prompts) * int(sampling.get("num_return_sequences", 1))
-    stop = StoppingCriteriaList([_StopAtCall(llm.tokenizer, ids.shape[1], rows)])
+    stop = StoppingCriteriaList([_StopAtCall(llm.tokenizer, ids.shape[1], rows, fmt)])
     with attention_kernels(llm.device):
         out = llm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stop,
                                  cache=cache)
@@ -188,8 +191,10 @@ def attention_kernels(device: torch.device) -> Any:
     return sdpa_kernel(GPU_ATTENTION) if device.type == "cuda" else nullcontext()
 
 
-def truncate(tokenizer, ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int], list[tuple[int, int]], str]:
-    """Cut ids at EOS (excluded) and at the call's stop; return kept ids, their char offsets, the text."""
+def truncate(tokenizer, ids: Sequence[int], eos_ids: Sequence[int],
+             fmt: CallFormat = REACT) -> tuple[list[int], list[tuple[int, int]], str]:
+    """Cut ids at EOS (excluded) and at the call's stop in the reply format ``fmt``; return kept ids, their
+    char offsets, the text."""
     ids = list(ids)
     for i, token in enumerate(ids):
         if token in eos_ids:
@@ -198,7 +203,7 @@ def truncate(tokenizer, ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[lis
     ends = [len(tokenizer.decode(ids[:n], skip_special_tokens=True, clean_up_tokenization_spaces=False))
             for n in range(1, len(ids) + 1)]
     full = tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-    stop = stop_offset(full)
+    stop = fmt.stop_offset(full)
     if stop is not None:
         keep = next((n for n, end in enumerate(ends, 1) if end >= stop), len(ids))
         ids, ends = ids[:keep], ends[:keep]
@@ -217,23 +222,25 @@ def lens_argmax(llm: LLM, states: torch.Tensor) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def generate_plain(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> torch.Tensor:
+def generate_plain(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                   fmt: CallFormat = REACT) -> torch.Tensor:
     """Plain greedy generation with the same stopping rule (the speed baseline)."""
-    return generate_ids(llm, prompts, max_new_tokens)
+    return generate_ids(llm, prompts, max_new_tokens, fmt=fmt)
 
 
 @torch.inference_mode()
-def generate_batch(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+def generate_batch(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int, fmt: CallFormat = REACT,
                    reserve: bool = True) -> list[Generation]:
-    """Greedy generation of a batch with single-pass capture of every layer."""
+    """Greedy generation of a batch with single-pass capture of every layer, stopping after the first
+    complete call in the reply format ``fmt``."""
     recorder = _Recorder(llm.n_layers)
     cache = reserved_cache(llm, max(len(p) for p in prompts) + max_new_tokens) if reserve else None
     with _hooks(llm, recorder):
-        generated = generate_ids(llm, prompts, max_new_tokens, cache=cache)
+        generated = generate_ids(llm, prompts, max_new_tokens, cache=cache, fmt=fmt)
     recorder.finish(generated[:, -1])
     steps = torch.stack(recorder.steps[: generated.shape[1]], dim=1)  # [B, S, L, d]
     probs = torch.stack(recorder.token_logp[: generated.shape[1]], dim=1).exp()  # [B, S]
-    kept = [truncate(llm.tokenizer, row.tolist(), llm.eos_ids()) for row in generated]
+    kept = [truncate(llm.tokenizer, row.tolist(), llm.eos_ids(), fmt) for row in generated]
     lengths = [len(ids) for ids, _, _ in kept]
     n_lens = llm.n_layers - 1
     rows = torch.cat([steps[b, :n, :n_lens].reshape(-1, steps.shape[-1]) for b, n in enumerate(lengths)])

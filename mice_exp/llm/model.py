@@ -49,10 +49,6 @@ class LLM:
         """Gemma's final logit softcap, applied after the unembedding (None for most models)."""
         return getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
 
-    @property
-    def has_chat_template(self) -> bool:
-        return bool(getattr(self.tokenizer, "chat_template", None))
-
     def lens_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logit lens: the model's own final norm, unembedding and logit post-processing."""
         return self._post(self.model.get_output_embeddings()(self.final_norm(hidden)))

@@ -1,20 +1,35 @@
-"""Few-shot tool-call prompts in the STE / MICE format.
+"""Few-shot tool-call prompts: STE / MICE's ReAct text (``prompt=ste``) or JSON tool schemas (``prompt=json_tools``).
 
-The prompt shows STE's instructions with the API descriptions of the gold API and of
-the demonstrations' APIs, then k retrieved demonstrations (least similar first, so the
-most similar sits next to the query), then the query. Models with a chat template get
-the demonstrations as earlier user / assistant turns, so the reply imitates their
-format; base models get the same content as one text. ``prompt.no_call_note`` (BFCL's
+The prompt shows the instructions with the tools of the gold API and of the demonstrations' APIs, then k
+retrieved demonstrations (least similar first, so the most similar sits next to the query), then the
+query. Models with a chat template get the demonstrations as earlier user / assistant turns, so the reply
+imitates their format; base models get the same content as one text. ``prompt.no_call_note`` (BFCL's
 relevance categories) adds the offer to answer without a call to the system text.
+
+``prompt.tools`` says how the tools are shown: ``text``, the data set's own descriptions in the template's
+``{api_descriptions}`` (STE's); ``schemas``, OpenAI-style function schemas
+(:attr:`mice_exp.data.records.Example.schemas`), passed to the chat template as ``tools=`` where it renders
+them (:func:`renders_tools`), else written into the system turn by the template's ``{tools}`` (one JSON
+schema per line) and ``{call_example}`` (how a call is written in the reply format). ``prompt.format`` is
+the reply format (:mod:`mice_exp.llm.toolcall`); demonstrations are written in it.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Mapping, Sequence
 
+from mice_exp.data.schemas import Schema
 from mice_exp.errors import UserError
+from mice_exp.llm.toolcall import CallFormat, call_format
+
+#: ``prompt.tools``: the data set's own tool text, or JSON schemas.
+TOOL_MODES = ("text", "schemas")
+#: The tool a template is rendered with to see whether it shows tools (:func:`renders_tools`).
+PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_7f3a", "description": "A probe.",
+                                               "parameters": {"type": "object", "properties": {}}}}
 
 
 @dataclass(frozen=True)
@@ -65,44 +80,93 @@ def query_turn(example: Any, note: str = "") -> str:
     return f"User Query: {example.query}" + (f"\n\n{note}" if note else "")
 
 
-def chat_messages(example: Any, demos: Sequence[Any], template: str, system: str, note: str = "") -> list[dict[str, str]]:
-    """Instructions as the system turn, each demonstration as a user / assistant exchange, then the query.
-
-    Demonstrations come least similar first, so the most similar sits next to the query.
-    """
-    messages = [{"role": "system", "content": f"{system}\n\n{render_head(example, demos, template)}"}]
-    for demo in reversed(demos):
-        messages += [{"role": "user", "content": f"User Query: {demo.query}"}, {"role": "assistant", "content": demo.demo}]
-    return messages + [{"role": "user", "content": query_turn(example, note)}]
+def renders_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template shows the tools given as ``tools=``: a probe tool's name appears
+    in the rendered text. SmolLM2's template ignores them; Gemma-3-270M has no template at all."""
+    probe = [{"role": "user", "content": "hello"}]
+    text = tokenizer.apply_chat_template(probe, tools=[PROBE_TOOL], tokenize=False, add_generation_prompt=True)
+    return PROBE_TOOL["function"]["name"] in text
 
 
-def plain_text(example: Any, demos: Sequence[Any], template: str, system: str, note: str = "") -> str:
-    """The same prompt for a base model: one text that the model continues with "Action: ..."."""
-    shots = "".join(f"User Query: {d.query}\n{d.demo}\n\n" for d in reversed(demos))
-    return f"{system}\n\n{render_head(example, demos, template)}\n\n{shots}{query_turn(example, note)}\n"
+@dataclass(frozen=True)
+class PromptBuilder:
+    """How a ``conf/prompt`` node writes prompts with one tokenizer: its templates read, its reply format and
+    whether the chat template renders tools decided once (the LLM stage, the gate and the sources each build
+    one and hand it down)."""
 
+    tokenizer: Any
+    template: str
+    system: str
+    chat: bool  # the tokenizer's chat template is used
+    fmt: CallFormat  # the reply format: parser, stopping rule, how demonstrations are written
+    schemas: bool  # tools as JSON schemas (prompt.tools=schemas), else the data set's own text
+    native: bool  # the chat template renders the schemas itself (tools=)
 
-def encode(tokenizer: Any, example: Any, demos: Sequence[Any], template: str, system: str, chat: bool,
-           note: str = "") -> list[int]:
-    if chat:
-        out = tokenizer.apply_chat_template(chat_messages(example, demos, template, system, note),
-                                            add_generation_prompt=True, tokenize=True)
-        return list(out["input_ids"] if isinstance(out, Mapping) else out)
-    return tokenizer(plain_text(example, demos, template, system, note), add_special_tokens=True)["input_ids"]
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], tokenizer: Any) -> PromptBuilder:
+        tools = cfg.get("tools", "text")
+        if tools not in TOOL_MODES:
+            raise UserError(f"prompt.tools={tools!r}; expected one of {', '.join(TOOL_MODES)}")
+        chat = bool(cfg.get("chat_template", True)) and bool(getattr(tokenizer, "chat_template", None))
+        schemas = tools == "schemas"
+        return cls(tokenizer=tokenizer, template=load_template(cfg["template"]), system=system_prompt(cfg), chat=chat,
+                   fmt=call_format(cfg), schemas=schemas, native=schemas and chat and renders_tools(tokenizer))
 
+    def tools(self, example: Any, demos: Sequence[Any]) -> list[Schema]:
+        """The schemas of the example's and the demonstrations' tools, each name once, the example's first."""
+        first: dict[str, Schema] = {}
+        for e in [example, *demos]:
+            for schema in e.schemas:
+                first.setdefault(schema["function"]["name"], schema)
+        return list(first.values())
 
-def build_prompt(example: Any, demos: Sequence[Any], tokenizer: Any, cfg: Mapping[str, Any], budget: int) -> Prompt:
-    """Encode ``example`` with ``demos`` (most similar first), dropping the least similar until it fits ``budget`` tokens."""
-    template = load_template(cfg["template"])
-    system = system_prompt(cfg)
-    chat = bool(cfg.get("chat_template", True)) and bool(getattr(tokenizer, "chat_template", None))
-    kept = list(demos)
-    while True:
-        ids = encode(tokenizer, example, kept, template, system, chat)
-        if len(ids) <= budget or not kept:
-            break
-        kept.pop()
-    if len(ids) > budget:
-        raise UserError(f"example {example.id}: the prompt without demonstrations has {len(ids)} tokens, "
-                        f"more than the {budget} the context window leaves; expected a larger llm.context_window")
-    return Prompt(ids=ids, n_demos=len(kept), dropped=len(demos) - len(kept))
+    def head(self, example: Any, demos: Sequence[Any]) -> str:
+        """The instructions with the tools, as the system turn shows them after the system text."""
+        if not self.schemas:
+            return render_head(example, demos, self.template)
+        schemas = "\n".join(json.dumps(s, ensure_ascii=False) for s in self.tools(example, demos))
+        return self.template.format(tools=schemas,
+                                    call_example=self.fmt.write("<function name>", {"<argument name>": "<value>"}))
+
+    def messages(self, example: Any, demos: Sequence[Any], note: str = "") -> list[dict[str, str]]:
+        """Instructions as the system turn (the system text alone where the chat template renders the tools),
+        each demonstration as a user / assistant exchange, then the query.
+
+        Demonstrations come least similar first, so the most similar sits next to the query.
+        """
+        system = self.system if self.native else f"{self.system}\n\n{self.head(example, demos)}"
+        messages = [{"role": "system", "content": system}]
+        for demo in reversed(demos):
+            messages += [{"role": "user", "content": f"User Query: {demo.query}"},
+                         {"role": "assistant", "content": self.fmt.demonstration(demo.demo)}]
+        return messages + [{"role": "user", "content": query_turn(example, note)}]
+
+    def text(self, example: Any, demos: Sequence[Any], note: str = "") -> str:
+        """The same prompt for a base model: one text that the model continues with its call."""
+        shots = "".join(f"User Query: {d.query}\n{self.fmt.demonstration(d.demo)}\n\n" for d in reversed(demos))
+        return f"{self.system}\n\n{self.head(example, demos)}\n\n{shots}{query_turn(example, note)}\n"
+
+    def render(self, messages: list[dict[str, str]], example: Any, demos: Sequence[Any]) -> list[int]:
+        """Chat ``messages`` about ``example`` as token ids, ending with the assistant's turn opened."""
+        tools = {"tools": self.tools(example, demos)} if self.native else {}
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **tools)
+        return list(out["input_ids"] if isinstance(out, Mapping) else out)  # a list, or a mapping holding it
+
+    def encode(self, example: Any, demos: Sequence[Any], note: str = "") -> list[int]:
+        if self.chat:
+            return self.render(self.messages(example, demos, note), example, demos)
+        return self.tokenizer(self.text(example, demos, note), add_special_tokens=True)["input_ids"]
+
+    def build(self, example: Any, demos: Sequence[Any], budget: int) -> Prompt:
+        """Encode ``example`` with ``demos`` (most similar first), dropping the least similar until it fits
+        ``budget`` tokens."""
+        kept = list(demos)
+        while True:
+            ids = self.encode(example, kept)
+            if len(ids) <= budget or not kept:
+                break
+            kept.pop()
+        if len(ids) > budget:
+            raise UserError(f"example {example.id}: the prompt without demonstrations has {len(ids)} tokens, "
+                            f"more than the {budget} the context window leaves; expected a larger llm.context_window")
+        return Prompt(ids=ids, n_demos=len(kept), dropped=len(demos) - len(kept))

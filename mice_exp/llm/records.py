@@ -19,6 +19,7 @@ import numpy as np
 
 from mice_exp.cache import read_json_if, read_jsonl, read_npz, stable_hash, write_atomic
 from mice_exp.errors import UserError
+from mice_exp.llm.toolcall import REACT
 
 FORMAT = "mice_exp.records"
 FORMAT_VERSION = 1
@@ -139,10 +140,12 @@ def read_records_header(path: Path) -> dict[str, Any]:
 
 
 def made_with(header: Mapping[str, Any]) -> dict[str, Any]:
-    """What a records file's header says produced it: the LLM and the demonstration pool (a header
-    from before ``prompt.demo_pool`` existed: ``all``, the only pool there was)."""
+    """What a records file's header says produced it: the LLM, the demonstration pool and the reply format
+    (a header from before ``prompt.demo_pool`` / ``prompt.format`` existed: ``all`` / ``react``, the only
+    ones there were; the stage key leaves those values out)."""
     prompt = (header.get("stage_key") or {}).get("prompt") or {}
-    return {"llm": header.get("llm"), "demo_pool": prompt.get("demo_pool", "all")}
+    return {"llm": header.get("llm"), "demo_pool": prompt.get("demo_pool", "all"),
+            "format": prompt.get("format", REACT.name)}
 
 
 def _check_values(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
@@ -166,7 +169,8 @@ def _check_values(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
 
 def records_expect(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """What a run's config says must have produced the records file it reads (:func:`made_with`)."""
-    return {"llm": cfg["llm"]["name"], "demo_pool": cfg["prompt"].get("demo_pool", "all")}
+    return {"llm": cfg["llm"]["name"], "demo_pool": cfg["prompt"].get("demo_pool", "all"),
+            "format": cfg["prompt"].get("format", REACT.name)}
 
 
 def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[str] = (),
@@ -174,7 +178,7 @@ def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[st
     """A published records file as a stage output; every problem is one line naming the file.
 
     ``dataset``: the data set the run expects; ``expect``: what the run says produced it (``llm``,
-    ``demo_pool``: :func:`made_with`), checked against the header; ``needs``: record fields the requested view reads;
+    ``demo_pool``, ``format``: :func:`made_with`), checked against the header; ``needs``: record fields the requested view reads;
     ``splits``: the run's selection (id -> split), so ``dataset.apis`` / ``max_apis`` / ``max_per_api``
     pick from a file as they pick from the data set (None: every record).
     """

@@ -24,9 +24,10 @@ from mice_exp.llm.capture import layer_states
 from mice_exp.errors import UserError
 from mice_exp.llm.model import LLM, load_hf
 from mice_exp.llm.precision import resolve_dtype
+from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import ARRAYS, StageOutput
 from mice_exp.llm.sources import derived_folder, record_prompts, records_context
-from mice_exp.llm.stage import shard_arrays
+from mice_exp.llm.stage import FORMAT_DEFAULTS, prompt_key, shard_arrays
 from mice_exp.paths import Paths
 
 METHOD = "teacher-forced-1"  # how states are replayed; part of their cache key
@@ -64,7 +65,8 @@ def replay_activations(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput)
         if missing:
             raise UserError(f"llm.records={llm_cfg.get('records')}: {missing} records lack {name!r}, which replaying "
                             "their hidden states needs (expected a records file written by `mice-exp records`)")
-    key = {"method": METHOD, "prompt": dict(cfg["prompt"]), "source": llm_cfg["source"],
+    # every prompt setting but the formats at their defaults (the key kept demo_pool and no_call_note from the start)
+    key = {"method": METHOD, "prompt": prompt_key(cfg["prompt"], FORMAT_DEFAULTS), "source": llm_cfg["source"],
            "dtype": resolve_dtype(llm_cfg.get("dtype", "float32"), llm_cfg.get("device", "cpu"))}
     out = derived_folder(cfg, paths, stage) / f"activations-{stable_hash(key)}"
     size = int(llm_cfg["batch_size"])
@@ -78,10 +80,11 @@ def replay_activations(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput)
                      pending, llm_cfg["name"], out)
             _, examples, demos = records_context(cfg, paths, stage)
             llm = load_hf(llm_cfg, paths.models)
+            builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
             bar = tqdm(total=len(stage.records), initial=len(stage.records) - pending, desc=f"replay {llm_cfg['name']}",
                        unit="call")
             for n in todo:
-                states = [replay_states(llm, record_prompts(llm, cfg, examples, demos, r).original, r["token_ids"])
+                states = [replay_states(llm, record_prompts(builder, examples, demos, r).original, r["token_ids"])
                           for r in groups[n]]
                 write_npz(out / f"shard-{n:05d}.npz", shard_arrays(states, store_tokens=False))
                 bar.update(len(groups[n]))

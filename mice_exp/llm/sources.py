@@ -42,10 +42,10 @@ from mice_exp.data import select_examples
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids, truncate
 from mice_exp.llm.model import LLM, load_hf
-from mice_exp.llm.prompt import chat_messages, encode, load_template, plain_text, system_prompt
+from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import SOURCES, StageOutput
 from mice_exp.llm.stage import prompt_key, retrieved_demos
-from mice_exp.llm.toolcall import parse_call
+from mice_exp.llm.toolcall import CallFormat
 from mice_exp.paths import Paths
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -94,16 +94,14 @@ def _near_orders(demos: list[Any]) -> Iterator[list[Any]]:
 
 
 class Prompts:
-    """The token ids of one call's prompt variants, rebuilt exactly as the LLM stage built its prompt."""
+    """The token ids of one call's prompt variants, rebuilt exactly as the LLM stage built its prompt (by the
+    same :class:`PromptBuilder`, built once for all calls)."""
 
-    def __init__(self, llm: LLM, cfg: Mapping[str, Any], example: Any, demos: Sequence[Any], record: Mapping[str, Any]):
-        self.llm, self.example, self.record = llm, example, record
-        self.template = load_template(cfg["prompt"]["template"])
-        self.system = system_prompt(cfg["prompt"])
-        self.chat = bool(cfg["prompt"].get("chat_template", True)) and llm.has_chat_template
+    def __init__(self, builder: PromptBuilder, example: Any, demos: Sequence[Any], record: Mapping[str, Any]):
+        self.builder, self.example, self.record = builder, example, record
         for order in _near_orders(list(demos)):
             self.demos = order
-            self.original = encode(llm.tokenizer, example, order, self.template, self.system, self.chat)
+            self.original = builder.encode(example, order)
             if stable_hash(self.original) == record.get("prompt_hash", stable_hash(self.original)):
                 return
         raise UserError(f"record {record['id']}: the prompt rebuilt here differs from the one the LLM stage "
@@ -111,18 +109,17 @@ class Prompts:
 
     def followup(self, question: str) -> list[int]:
         """The original prompt, the model's own call as its answer, then a follow-up question."""
-        generated = self.record["text"]
-        if self.chat:
-            messages = chat_messages(self.example, self.demos, self.template, self.system)
+        generated, builder = self.record["text"], self.builder
+        if builder.chat:
+            messages = builder.messages(self.example, self.demos)
             messages += [{"role": "assistant", "content": generated}, {"role": "user", "content": question}]
-            out = self.llm.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            return list(out["input_ids"] if isinstance(out, Mapping) else out)
-        text = f"{plain_text(self.example, self.demos, self.template, self.system)}{generated}\n\n{question}\nAnswer:"
-        return self.llm.tokenizer(text, add_special_tokens=True)["input_ids"]
+            return builder.render(messages, self.example, self.demos)
+        text = f"{builder.text(self.example, self.demos)}{generated}\n\n{question}\nAnswer:"
+        return builder.tokenizer(text, add_special_tokens=True)["input_ids"]
 
     def with_note(self, note: str) -> list[int]:
         """The original prompt with ``note`` after the query (the way-out offer)."""
-        return encode(self.llm.tokenizer, self.example, self.demos, self.template, self.system, self.chat, note)
+        return self.builder.encode(self.example, self.demos, note)
 
 
 def shared_length(prompts: Sequence[Sequence[int]]) -> int:
@@ -153,31 +150,33 @@ def p_true(llm: LLM, cache: DynamicCache, start: int, prompt: Sequence[int]) -> 
     return float(yes / (yes + no))
 
 
-def _texts(llm: LLM, out: torch.Tensor) -> list[str]:
-    return [truncate(llm.tokenizer, row.tolist(), llm.eos_ids())[2] for row in out]
+def _texts(llm: LLM, out: torch.Tensor, fmt: CallFormat) -> list[str]:
+    return [truncate(llm.tokenizer, row.tolist(), llm.eos_ids(), fmt)[2] for row in out]
 
 
 @torch.inference_mode()
-def verbalized(llm: LLM, cache: DynamicCache, prompt: Sequence[int], max_new_tokens: int) -> float | None:
-    out = generate_ids(llm, [prompt], max_new_tokens, cache=cache)
+def verbalized(llm: LLM, cache: DynamicCache, prompt: Sequence[int], max_new_tokens: int,
+               fmt: CallFormat) -> float | None:
+    out = generate_ids(llm, [prompt], max_new_tokens, cache=cache, fmt=fmt)
     return parse_percent(llm.tokenizer.decode(out[0], skip_special_tokens=True))
 
 
 @torch.inference_mode()
-def acts(llm: LLM, cache: DynamicCache, prompt: Sequence[int], abstain_api: str, max_new_tokens: int) -> float:
-    text = _texts(llm, generate_ids(llm, [prompt], max_new_tokens, cache=cache))[0]
+def acts(llm: LLM, cache: DynamicCache, prompt: Sequence[int], abstain_api: str, max_new_tokens: int,
+         fmt: CallFormat) -> float:
+    text = _texts(llm, generate_ids(llm, [prompt], max_new_tokens, cache=cache, fmt=fmt), fmt)[0]
     return 0.0 if abstain_api in text else 1.0
 
 
 @torch.inference_mode()
 def sampled(llm: LLM, cache: DynamicCache, prompt: Sequence[int], record: Mapping[str, Any], samples: int,
-            temperature: float, max_new_tokens: int) -> dict[str, float]:
+            temperature: float, max_new_tokens: int, fmt: CallFormat) -> dict[str, float]:
     """Self-consistency and semantic entropy of ``samples`` continuations of the prompt, from one cache
-    repeated in place (not reusable after)."""
+    repeated in place (not reusable after), each stopped and parsed in the reply format ``fmt``."""
     cache.batch_repeat_interleave(samples)
-    out = generate_ids(llm, [prompt] * samples, max_new_tokens, cache=cache, do_sample=True,
+    out = generate_ids(llm, [prompt] * samples, max_new_tokens, cache=cache, fmt=fmt, do_sample=True,
                        temperature=temperature, top_k=0, top_p=1.0)
-    calls = [parse_call(t) for t in _texts(llm, out)]
+    calls = [fmt.parse(t) for t in _texts(llm, out, fmt)]
     return {"consistency": agreement(calls, record), "semantic_entropy": semantic_confidence(calls)}
 
 
@@ -215,19 +214,21 @@ def _call_values(llm: LLM, cfg: Mapping[str, Any], prompts: Prompts, names: Sequ
     start = shared_length(list(variants.values()))
     shared = prefill(llm, variants[steps[0]][:start])
     values: dict[str, Any] = {}
+    fmt = prompts.builder.fmt
     for step in steps:
         cache = shared if step == steps[-1] else copy.deepcopy(shared)
         prompt = variants[step]
         if step == "p_true":
             values[step] = p_true(llm, cache, start, prompt)
         elif step == "verbalized":
-            values[step] = verbalized(llm, cache, prompt, int(settings["verbalized"]["max_new_tokens"]))
+            values[step] = verbalized(llm, cache, prompt, int(settings["verbalized"]["max_new_tokens"]), fmt)
         elif step == "acts":
-            values[step] = acts(llm, cache, prompt, settings["acts"]["abstain_api"], int(settings["acts"]["max_new_tokens"]))
+            values[step] = acts(llm, cache, prompt, settings["acts"]["abstain_api"],
+                                int(settings["acts"]["max_new_tokens"]), fmt)
         else:
             values |= sampled(llm, cache, prompt, prompts.record, int(settings["consistency"]["samples"]),
                               float(settings["consistency"]["temperature"]),
-                              sample_budget(prompts.record, settings["consistency"], cfg["llm"]))
+                              sample_budget(prompts.record, settings["consistency"], cfg["llm"]), fmt)
     return {name: values[name] for name in names}
 
 
@@ -244,6 +245,7 @@ def compute_sources(names: Sequence[str], cfg: Mapping[str, Any], llm_dir: Path,
     names = [n for n in ORDER if n in names]
     folders = {n: source_dir(llm_dir, n, settings_of(cfg["sources"], n), cfg["prompt"]) for n in names}
     size = int(cfg["llm"]["batch_size"])
+    builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
     with ExitStack() as stack:
         for folder in folders.values():
             folder.mkdir(parents=True, exist_ok=True)
@@ -257,7 +259,7 @@ def compute_sources(names: Sequence[str], cfg: Mapping[str, Any], llm_dir: Path,
             for record in records[lo:lo + size]:
                 mine = [name for name in todo if record["split"] in (settings_of(cfg["sources"], name).get("splits")
                                                                        or [record["split"]])]
-                values = _call_values(llm, cfg, record_prompts(llm, cfg, examples, demos, record), mine) if mine else {}
+                values = _call_values(llm, cfg, record_prompts(builder, examples, demos, record), mine) if mine else {}
                 for name in todo:
                     rows[name].append({"id": record["id"], "value": values.get(name)})
             for name in todo:
@@ -293,11 +295,11 @@ def records_context(cfg: Mapping[str, Any], paths: Paths,
     return folder, examples, demos
 
 
-def record_prompts(llm: LLM, cfg: Mapping[str, Any], examples: Mapping[str, Any], demos: Mapping[str, list[str]],
+def record_prompts(builder: PromptBuilder, examples: Mapping[str, Any], demos: Mapping[str, list[str]],
                    record: Mapping[str, Any]) -> Prompts:
     """The prompts of one record, with the demonstrations its prompt kept (``n_demos``)."""
     kept = [examples[d] for d in demos[record["id"]][:record["n_demos"]]]
-    return Prompts(llm, cfg, examples[record["id"]], kept, record)
+    return Prompts(builder, examples[record["id"]], kept, record)
 
 
 def stage_sources(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput, names: Sequence[str]) -> dict[str, np.ndarray]:

@@ -31,9 +31,9 @@ from mice_exp.data.retrieval import SentenceEncoder, rank_demos
 from mice_exp.llm.capture import Generation
 from mice_exp.llm.headroom import Headroom
 from mice_exp.llm.precision import resolve_dtype
-from mice_exp.llm.prompt import Prompt, build_prompt
+from mice_exp.llm.prompt import Prompt, PromptBuilder
 from mice_exp.llm.records import read_stage, shards, summarise
-from mice_exp.llm.toolcall import content_mask, find_spans, parse_call
+from mice_exp.llm.toolcall import REACT, CallFormat, content_mask
 from mice_exp.paths import Paths
 
 K = TypeVar("K")
@@ -69,12 +69,16 @@ def backend_key(llm: Mapping[str, Any]) -> dict[str, Any]:
     return {"backend": name} | ({"model": llm.get("model")} if name == "openai" else {})
 
 
-def prompt_key(prompt: Mapping[str, Any]) -> dict[str, Any]:
-    """The prompt settings a stage's key hashes: ``demo_pool=all`` (every record made before the pool
-    existed) and a null ``no_call_note`` (every record made before the note existed) are left out, so
-    those caches and records files keep their keys."""
-    return {k: v for k, v in prompt.items()
-            if not (k == "demo_pool" and v == "all") and not (k == "no_call_note" and v is None)}
+#: The tool and reply formats every record had before ``prompt=json_tools`` existed (STE's text and ReAct).
+FORMAT_DEFAULTS = {"tools": "text", "format": REACT.name}
+#: Prompt settings whose value every record had before the setting existed: left out of the keys at that
+#: value, so those caches and records files keep their keys (``demo_pool=all``: before the pool existed).
+PROMPT_DEFAULTS = {"demo_pool": "all", "no_call_note": None} | FORMAT_DEFAULTS
+
+
+def prompt_key(prompt: Mapping[str, Any], defaults: Mapping[str, Any] = PROMPT_DEFAULTS) -> dict[str, Any]:
+    """The prompt settings a key hashes: those at their ``defaults`` value left out."""
+    return {k: v for k, v in prompt.items() if not (k in defaults and v == defaults[k])}
 
 
 def stage_dir(cfg: Mapping[str, Any], paths: Paths, selection: Selection) -> tuple[Path, dict[str, Any]]:
@@ -84,10 +88,12 @@ def stage_dir(cfg: Mapping[str, Any], paths: Paths, selection: Selection) -> tup
     return paths.llm / f"{cfg['llm']['name']}-{stable_hash(key)}", key
 
 
-def make_record(example: Example, split: str, prompt: Prompt, gen: Generation, lens_text: list[str]) -> dict[str, Any]:
-    """The stage's record of one call: generation, parsed call, label, confidences, layer strings."""
-    call = parse_call(gen.text)
-    mask = content_mask(gen.offsets, find_spans(gen.text))
+def make_record(example: Example, split: str, prompt: Prompt, gen: Generation, lens_text: list[str],
+                fmt: CallFormat) -> dict[str, Any]:
+    """The stage's record of one call: generation, parsed call (in the reply format ``fmt``), label,
+    confidences, layer strings."""
+    call = fmt.parse(gen.text)
+    mask = content_mask(gen.offsets, fmt.spans(gen.text))
     probs = gen.token_probs
     used = probs[mask] if any(mask) else probs  # unparseable: every generated token counts
     return {
@@ -124,19 +130,22 @@ def batches(prompts: Mapping[K, Prompt], size: int) -> list[list[K]]:
     return [order[lo:lo + size] for lo in range(0, len(order), size)]
 
 
-def generate_batch(llm: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[Generation]:
-    """The backend's greedy generation of a batch, with capture where it has internals (``llm.backend``)."""
-    return llm.generate(prompts, max_new_tokens)
+def generate_batch(llm: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                   fmt: CallFormat) -> list[Generation]:
+    """The backend's greedy generation of a batch, stopping after the first call in the reply format ``fmt``,
+    with capture where it has internals (``llm.backend``)."""
+    return llm.generate(prompts, max_new_tokens, fmt)
 
 
 def run_batch(llm: Any, batch: Sequence[K], examples: Mapping[K, Example], splits: Mapping[K, str],
-              prompts: Mapping[K, Prompt], max_new_tokens: int,
+              prompts: Mapping[K, Prompt], fmt: CallFormat, max_new_tokens: int,
               store_tokens: bool = False) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """Generate one batch with capture: its records and pooled arrays (the stage's and the gate's loop)."""
-    gens = generate_batch(llm, [prompts[i].ids for i in batch], max_new_tokens)
+    """Generate one batch with capture, stopping and parsing in the reply format ``fmt``: its records and
+    pooled arrays (the stage's and the gate's loop)."""
+    gens = generate_batch(llm, [prompts[i].ids for i in batch], max_new_tokens, fmt)
     lens_text = [llm.tokenizer.batch_decode(g.lens_ids.tolist(), skip_special_tokens=True,
                                             clean_up_tokenization_spaces=False) for g in gens]
-    records = [make_record(examples[i], splits[i], prompts[i], g, t) for i, g, t in zip(batch, gens, lens_text)]
+    records = [make_record(examples[i], splits[i], prompts[i], g, t, fmt) for i, g, t in zip(batch, gens, lens_text)]
     return records, shard_arrays([g.states for g in gens], store_tokens)
 
 
@@ -212,7 +221,8 @@ def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Pa
     demos = retrieved_demos(out, cfg, selection)
     llm = llm or load_llm(cfg["llm"], paths.models)
     budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
-    prompts = {i: build_prompt(examples[i], [examples[d] for d in demos[i]], llm.tokenizer, cfg["prompt"], budget)
+    builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
+    prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget)
                for i in tqdm(sorted(examples), desc="prompts", leave=False)}
     fixed = batches(prompts, int(cfg["llm"]["batch_size"]))
     width = max(5, len(str(len(fixed))))
@@ -225,8 +235,8 @@ def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Pa
         longest = max(len(prompts[i].ids) for i in batch)
         if (warning := headroom.warning(len(batch), longest)) is not None:
             log.warning(warning)
-        records, arrays = run_batch(llm, batch, examples, selection.splits, prompts, int(cfg["llm"]["max_new_tokens"]),
-                                    bool(cfg["llm"].get("store_token_states")))
+        records, arrays = run_batch(llm, batch, examples, selection.splits, prompts, builder.fmt,
+                                    int(cfg["llm"]["max_new_tokens"]), bool(cfg["llm"].get("store_token_states")))
         name = f"shard-{n:0{width}d}"
         write_npz(out / f"{name}.npz", arrays)
         write_jsonl(out / f"{name}.jsonl", records)

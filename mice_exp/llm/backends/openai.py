@@ -17,7 +17,7 @@ import numpy as np
 
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import Generation, truncate
-from mice_exp.llm.toolcall import stop_offset
+from mice_exp.llm.toolcall import CallFormat
 
 TOKEN_ID = "token_id:"  # vLLM's spelling of a token when asked for ids (return_tokens_as_token_ids)
 
@@ -37,11 +37,12 @@ class Endpoint:
     n_layers: ClassVar[int] = 0  # records with no layers: no layer strings, no states
     hidden_size: ClassVar[int] = 0
 
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[Generation]:
-        """Greedy completions of a batch in one request; each cut at EOS and at the call's stop as ``hf`` cuts it."""
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, fmt: CallFormat) -> list[Generation]:
+        """Greedy completions of a batch in one request; each cut at EOS and at the call's stop in the reply
+        format ``fmt``, as ``hf`` cuts it."""
         response = self.request(prompt=[list(p) for p in prompts], max_tokens=max_new_tokens, temperature=0.0,
                                 logprobs=1, extra_body={"return_tokens_as_token_ids": True})
-        return [self._generation(choice) for choice in sorted(response.choices, key=lambda c: c.index)]
+        return [self._generation(choice, fmt) for choice in sorted(response.choices, key=lambda c: c.index)]
 
     def request(self, **body: Any) -> Any:
         """One ``/v1/completions`` request; a server that is down, slow or refuses the model is one line."""
@@ -67,26 +68,26 @@ class Endpoint:
         except Exception:  # the listing is only a hint in an error message
             return []
 
-    def _generation(self, choice: Any) -> Generation:
+    def _generation(self, choice: Any, fmt: CallFormat) -> Generation:
         logprobs = choice.logprobs
         if logprobs is None or not logprobs.token_logprobs:
             raise UserError(f"the server at {self.base_url} returned no token log-probabilities; expected a server "
                             "that honours logprobs=1 (raw confidence is the chosen tokens' probability)")
         tokens, values = list(logprobs.tokens), np.array(logprobs.token_logprobs, dtype=np.float64)
         if all(t.startswith(TOKEN_ID) for t in tokens):
-            ids, offsets, text = truncate(self.tokenizer, [int(t[len(TOKEN_ID):]) for t in tokens], self.eos)
+            ids, offsets, text = truncate(self.tokenizer, [int(t[len(TOKEN_ID):]) for t in tokens], self.eos, fmt)
         else:  # a server that names tokens only by their text
-            ids, offsets, text = [], *_cut_text(tokens)
+            ids, offsets, text = [], *_cut_text(tokens, fmt)
         n = len(offsets)
         return Generation(token_ids=ids, token_probs=np.exp(values[:n]), text=text, offsets=offsets,
                           lens_ids=np.zeros((0, n), dtype=np.int32), states=np.zeros((max(n, 1), 0, 0), np.float32))
 
 
-def _cut_text(tokens: Sequence[str]) -> tuple[list[tuple[int, int]], str]:
+def _cut_text(tokens: Sequence[str], fmt: CallFormat) -> tuple[list[tuple[int, int]], str]:
     """Character spans of the tokens given as text, cut at the call's stop (as :func:`truncate` cuts ids)."""
     ends = list(np.cumsum([len(t) for t in tokens]))
     text = "".join(tokens)
-    stop = stop_offset(text)
+    stop = fmt.stop_offset(text)
     keep = len(tokens) if stop is None else next((n for n, end in enumerate(ends, 1) if end >= stop), len(tokens))
     ends = [int(e) for e in ends[:keep]]
     return list(zip([0] + ends[:-1], ends)), text[:ends[-1] if ends else 0]
