@@ -117,7 +117,8 @@ def test_the_stage_starts_its_workers_itself_and_a_killed_one_resumes(one_worker
 
 @pytest.mark.parametrize("overrides, expected", [
     (["llm.shards=0"], "llm.shards=0; expected a positive integer"),
-    (["llm.shards=2", "llm.shard=2"], "llm.shard=2 is not one of the llm.shards=2 workers; expected 0 <= llm.shard < 2"),
+    (["llm.shards=2", "llm.shard=2"],
+     "llm.shard=2 is not one of the llm.shards=2 workers; expected 0 <= llm.shard < 2"),
     (["llm.shards=2", "llm.shard=-1"], "llm.shard=-1 is not one of the llm.shards=2 workers"),
 ])
 def test_a_shard_setting_out_of_range_is_one_line(overrides, expected):

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from tqdm.auto import tqdm
 
 from mice_exp.cache import write_json
+from mice_exp.data import select_examples
 from mice_exp.errors import UserError, expect
 from mice_exp.llm.records import shard_name, shards
 from mice_exp.paths import Paths
@@ -75,15 +76,12 @@ class ShardPlan:
 def shard_note(cfg: Mapping[str, Any], paths: Paths, out: Path) -> str | None:
     """What a run of one worker (``llm.shard``) prints once it is done: None when the stage is complete
     (``done.json``), else how much of it is and what completes it."""
-    from mice_exp.data import select_examples
-
     if (out / "done.json").exists():
         return None
-    llm = cfg["llm"]
-    plan = ShardPlan.from_config(llm, len(select_examples(cfg["dataset"], paths).examples))
+    plan = ShardPlan.from_config(cfg["llm"], len(select_examples(cfg["dataset"], paths).examples))
     return (f"llm.shard={plan.worker}: worker {plan.worker} of {plan.count} is done; {len(shards(out))} of the LLM "
-            f"stage's {plan.batches} batches are in {out}; the stage is complete once every llm.shard=0..{plan.count - 1} "
-            "has run (then run without llm.shard)")
+            f"stage's {plan.batches} batches are in {out}; the stage is complete once every "
+            f"llm.shard=0..{plan.count - 1} has run (then run without llm.shard)")
 
 
 def run_workers(cfg: Mapping[str, Any], paths: Paths, out: Path, plan: ShardPlan) -> None:
