@@ -4,6 +4,7 @@ whichever of them is killed and re-run."""
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+import torch
 
 import mice_exp.llm.stage as stage
 from conftest import cache_sharing_models
@@ -34,6 +36,17 @@ def tiny_cfg(*overrides: str) -> dict:
 
 def paths_in(folder: Path) -> Paths:
     return Paths(root=PACKAGE_ROOT, cache=cache_sharing_models(folder))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def threads_of_a_worker_of_two():
+    """This process computes with the threads each of two local workers gets (cores // 2): records are
+    identical bit for bit at equal threads per process, while another count can round a few CPU
+    reductions differently (docs/usage.md, benchmarks/shards.py)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // 2))
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
