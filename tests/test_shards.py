@@ -4,7 +4,6 @@ whichever of them is killed and re-run."""
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +20,7 @@ from mice_exp.compose import as_plain, compose_config
 from mice_exp.config import check_config
 from mice_exp.errors import UserError
 from mice_exp.llm.records import ARRAYS, read_stage, shards
+from mice_exp.llm.shards import worker_threads
 from mice_exp.llm.stage import run_llm_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
 from mice_exp.run import run
@@ -40,11 +40,11 @@ def paths_in(folder: Path) -> Paths:
 
 @pytest.fixture(scope="module", autouse=True)
 def threads_of_a_worker_of_two():
-    """This process computes with the threads each of two local workers gets (cores // 2): records are
+    """This process computes with the threads each of two local workers gets: records are
     identical bit for bit at equal threads per process, while another count can round a few CPU
     reductions differently (docs/usage.md, benchmarks/shards.py)."""
     before = torch.get_num_threads()
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // 2))
+    torch.set_num_threads(worker_threads(2))
     yield
     torch.set_num_threads(before)
 

@@ -73,6 +73,13 @@ class ShardPlan:
         return ".lock" if self.worker is None else f".lock-shard-{self.worker}-of-{self.count}"
 
 
+def worker_threads(count: int) -> int:
+    """The threads each of ``count`` local workers gets: this process's cores (its affinity where the
+    system has one, as under Slurm or taskset) shared out, at least one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // count)
+
+
 def shard_note(cfg: Mapping[str, Any], paths: Paths, out: Path) -> str | None:
     """What a run of one worker (``llm.shard``) prints once it is done: None when the stage is complete
     (``done.json``), else how much of it is and what completes it."""
@@ -97,7 +104,7 @@ def run_workers(cfg: Mapping[str, Any], paths: Paths, out: Path, plan: ShardPlan
     folder = out / "workers"
     spec = folder / "config.json"
     write_json(spec, {"cfg": cfg, "root": str(paths.root), "cache": str(paths.cache)})
-    threads = str(max(1, len(os.sched_getaffinity(0)) // plan.count))
+    threads = str(worker_threads(plan.count))
     gpus = visible_gpus() if cfg["llm"].get("device", "cpu") in ("cuda", "auto") else []
     workers = plan.unfinished(out)
     logs = {i: folder / f"worker-{i}-of-{plan.count}.log" for i in workers}
