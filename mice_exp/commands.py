@@ -25,7 +25,8 @@ RECORDS_USAGE = ("usage: mice-exp records [output=FILE] [hydra overrides]\n"
                  "writes the configured LLM stage (computed or resumed if needed) and its sources.use as a\n"
                  "records file, by default experiments/records/<dataset>-<llm>.jsonl.gz; any run takes it\n"
                  "back with llm.records=FILE and needs no LLM. With llm.records=FILE it adds sources.use to\n"
-                 "that file's records (loading the LLM, not re-running its stage)")
+                 "that file's records (loading the LLM, not re-running its stage). With llm.shards=N llm.shard=i\n"
+                 "it runs worker i of the stage; the worker that completes the stage writes the file")
 
 
 def check_command(argv: Sequence[str]) -> None:
@@ -82,12 +83,20 @@ def records(argv: Sequence[str]) -> None:
     outputs = [a.split("=", 1)[1] for a in argv if a.startswith("output=")]
     cfg = as_plain(compose_config([a for a in argv if not a.startswith("output=")]))
     check_config(cfg)
-    root = paths_from(cfg["paths"]).root
+    paths = paths_from(cfg["paths"])
     # replacing the file it reads (llm.records=F output=F: adding sources) is what the command is for
     same = bool(outputs) and bool(cfg["llm"].get("records")) and (
-        resolve(outputs[0], Path.cwd()) == resolve(cfg["llm"]["records"], root))  # as publish_records reads it
-    path = writable_file(outputs[0] if outputs else default_path(cfg, root), Path.cwd(), "output",
+        resolve(outputs[0], Path.cwd()) == resolve(cfg["llm"]["records"], paths.root))  # as publish_records reads it
+    path = writable_file(outputs[0] if outputs else default_path(cfg, paths.root), Path.cwd(), "output",
                          force=bool(cfg.get("force")) or same)
+    if cfg["llm"].get("shard") is not None and not cfg["llm"].get("records"):  # one worker of a sharded stage
+        from mice_exp.llm.shards import shard_note
+        from mice_exp.llm.stage import run_llm_stage
+
+        note = shard_note(cfg, paths, run_llm_stage(cfg, paths))
+        if note is not None:  # the worker that completes the stage publishes
+            print(note)
+            return
     path = publish_records(cfg, path)
     print(f"records: {path} ({path.stat().st_size / 1e6:.2f} MB); rebuild any table with llm.records={path}")
 

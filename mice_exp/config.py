@@ -42,6 +42,7 @@ PROBABILITY: Rule = (lambda v: _is_number(v) and 0 < v < 1, "a probability stric
 DEVICES: Rule = (lambda v: isinstance(v, str) and DEVICE.fullmatch(v) is not None, "cpu, cuda, cuda:N, mps or auto")
 DTYPE: Rule = (lambda v: v in DTYPES, f"one of {', '.join(DTYPES)}")
 OPTIONAL_POSITIVE_INT: Rule = (lambda v: v is None or POSITIVE_INT[0](v), "a positive integer or null")
+OPTIONAL_INT: Rule = (lambda v: v is None or _is_int(v), "an integer or null")
 SIZES: Rule = (lambda v: isinstance(v, list) and bool(v) and all(POSITIVE_INT[0](s) for s in v),
                "a non-empty list of positive integers")
 
@@ -71,6 +72,8 @@ RULES: dict[str, Rule] = {
     "llm.context_window": POSITIVE_INT,
     "llm.dtype": DTYPE,
     "llm.device": DEVICES,
+    "llm.shards": POSITIVE_INT,
+    "llm.shard": OPTIONAL_INT,
     "retrieval.device": DEVICES,
     "prompt.k_demos": NON_NEGATIVE_INT,
     "prompt.demo_pool": DEMO_POOL,
@@ -126,6 +129,10 @@ def check_values(cfg: Mapping[str, Any]) -> None:
     expect(llm["context_window"] > llm["max_new_tokens"],
            f"llm.context_window={llm['context_window']} leaves no room for a prompt after "
            f"llm.max_new_tokens={llm['max_new_tokens']}; expected context_window > max_new_tokens")
+    shard, shards = llm.get("shard"), llm.get("shards", 1)
+    expect(shard is None or 0 <= shard < shards,
+           f"llm.shard={shard} is not one of the llm.shards={shards} workers; expected 0 <= llm.shard < {shards} "
+           "(or null: every worker)")
 
 
 def check_model_folder(source: Mapping[str, Any]) -> None:

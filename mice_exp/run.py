@@ -258,6 +258,18 @@ def job_config(cfg: DictConfig | dict) -> tuple[dict[str, Any], Paths]:
     return cfg, paths_from(cfg["paths"])
 
 
+def run_shard(cfg: dict[str, Any], paths: Paths) -> dict[str, Any]:
+    """``llm.shard=i``: worker i's batches of the LLM stage and nothing else (no estimation, no MLflow run),
+    as a Slurm array task or a sweep job over ``llm.shard`` runs it; the stage is whole once every worker has."""
+    from mice_exp.llm.shards import shard_note
+    from mice_exp.llm.stage import run_llm_stage
+
+    out = run_llm_stage(cfg, paths)
+    print(shard_note(cfg, paths, out) or f"llm.shard={cfg['llm']['shard']}: the LLM stage is complete in {out}; "
+                                         "runs without llm.shard read it")
+    return {"llm_cache": str(out), "complete": (out / "done.json").exists()}
+
+
 def run(cfg: DictConfig | dict) -> dict[str, Any]:
     """Run the configured pipeline and return its metrics (``objective``: the estimator's AUC-ETCU)."""
     from mice_exp.tracking import hydra_tags, tracked_run
@@ -265,6 +277,8 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
 
     cfg, paths = job_config(cfg)
     check_cache(paths.cache)
+    if cfg["llm"].get("shard") is not None:
+        return run_shard(cfg, paths)
     tags = {**schema.job_tags(cfg), schema.CONFIG_HASH_TAG: config_hash(cfg), **hydra_tags()}
     in_sweep = schema.SWEEP_TAG in tags  # only sweep jobs skip; a single run always runs
     done = finished_before(cfg, paths, tags[schema.SWEEP_TAG]) if in_sweep and not cfg.get("force") else None

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -17,4 +19,15 @@ def test_the_llm_stage_benchmark_breaks_a_tiny_stage_into_phases_and_a_floor():
                          env=os.environ | {"PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
     assert out.returncode == 0, out.stderr[-2000:]
     for line in ("prefill (model forwards)", "logit lens GEMM + argmax", "stage wall", "stage wall / floor"):
+        assert line in out.stdout
+
+
+@pytest.mark.slow  # two `mice-exp stage=llm` runs, one of them with two workers: 2 minutes on a busy 2-core machine
+def test_the_shards_benchmark_compares_one_worker_with_two():
+    out = subprocess.run([sys.executable, "benchmarks/shards.py", "--llm", "tiny_random", "--apis", "2"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env=os.environ | {"PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    for line in ("1 worker  x ", "2 workers x ", "ratio (1 worker / 2 workers):", "2 workers against 1 worker x ",
+                 "load before:", "load after:", "cpu:"):
         assert line in out.stdout

@@ -468,6 +468,7 @@ def test_finished_run_with_config_finds_only_finished_runs_of_that_config(fresh)
     assert config_hash(same) == digest  # key order, storage places do not count
     assert config_hash({**cfg, "seed": 1}) != digest
     assert config_hash({**cfg, "n_jobs": 2}) == digest  # how many processes test, not what they compute
+    assert config_hash({**cfg, "llm": {**cfg["llm"], "shards": 4, "shard": 1}}) == digest  # nor generate
     exp = fresh.experiment_id
     assert finished_run_with_config(fresh.client, exp, digest) is None
     fresh.job("llama3_8b_instruct", "mice_rf", metrics={"auc_etcu": 0.1}, status="FAILED",

@@ -119,7 +119,8 @@ def _environ(name: str, value: str) -> Iterator[None]:
             os.environ[name] = old
 
 
-def _describe_exit(code: int | None) -> str:
+def describe_exit(code: int | None) -> str:
+    """A process's exit status in words (``exit code 1``, ``signal SIGKILL``), as ``Popen`` and ``Process`` give it."""
     if code is not None and code < 0:
         try:
             return f"signal {signal.Signals(-code).name}"
@@ -216,15 +217,15 @@ def run_on_devices(
         slot.proc.join()
         code, pid = slot.proc.exitcode, slot.proc.pid
         if slot.job is not None:
-            log.error("%s died with %s while running job %d", slot.label(), _describe_exit(code), slot.job)
+            log.error("%s died with %s while running job %d", slot.label(), describe_exit(code), slot.job)
             outcomes[slot.job] = Outcome(
                 error=WorkerDied(f"the worker process (pid {pid}, {env_var}={slot.device!r}) died with "
-                                 f"{_describe_exit(code)} while running this job"),
+                                 f"{describe_exit(code)} while running this job"),
                 device=slot.device, pid=pid)
             slot.job = None
         elif todo:
             slot.idle_deaths += 1
-            log.error("%s ended with %s before taking a job", slot.label(), _describe_exit(code))
+            log.error("%s ended with %s before taking a job", slot.label(), describe_exit(code))
         slot.conn.close()
         slot.proc.close()
         slot.proc = slot.conn = None

@@ -81,6 +81,11 @@ def shards(folder: Path) -> list[Path]:
     return sorted(folder.glob("shard-*.jsonl"))
 
 
+def shard_name(batch: int, batches: int) -> str:
+    """The file name (without suffix) of batch ``batch`` of a stage of ``batches`` batches: ``shard-00007``."""
+    return f"shard-{batch:0{max(5, len(str(batches)))}d}"
+
+
 def read_stage(folder: Path) -> StageOutput:
     """The records of a (finished or partial) stage cache folder."""
     records = [row for path in shards(folder) for row in read_jsonl(path)]

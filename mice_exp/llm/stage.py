@@ -6,8 +6,10 @@ Layout of ``<cache>/llm/<llm name>-<key>/``:
   shard-NNNNN.npz      per batch: pooled states [B, L, d] (mean / last / first), optional token states
   shard-NNNNN.jsonl    per batch: one record per example (written last: it marks the shard complete)
   done.json            summary once every shard exists
+  workers/             local workers' config and logs (``llm.shards``, :mod:`mice_exp.llm.shards`)
 Batches are fixed by (prompt length, id) order, so a killed run recomputes exactly the
-batch it lost and ends with the same records as an uninterrupted one.
+batch it lost and ends with the same records as an uninterrupted one, and ``llm.shards`` workers
+computing a share of the batches each end with them too.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from mice_exp.llm.capture import Generation
 from mice_exp.llm.headroom import Headroom
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import Prompt, PromptBuilder
-from mice_exp.llm.records import read_stage, shards, summarise
+from mice_exp.llm.records import read_stage, shard_name, shards, summarise
+from mice_exp.llm.shards import ShardPlan, run_workers
 from mice_exp.llm.toolcall import REACT, CallFormat, content_mask
 from mice_exp.paths import Paths
 
@@ -151,32 +154,36 @@ def run_batch(llm: Any, batch: Sequence[K], examples: Mapping[K, Example], split
 
 def retrieved_demos(out: Path, cfg: Mapping[str, Any], selection: Selection) -> dict[str, list[str]]:
     """Each example's ``prompt.k_demos`` most similar pool examples' ids (``prompt.demo_pool``), retrieved
-    once and kept in ``out/demos.json``."""
-    cached = read_intact(out / "demos.json", read_json)
-    if cached is not None:
-        return cached
+    once and kept in ``out/demos.json`` (under a lock: workers of one stage started at once retrieve once)."""
     k, pool_name = int(cfg["prompt"]["k_demos"]), cfg["prompt"].get("demo_pool", "all")
     if k == 0:  # zero-shot: nothing to retrieve
         return {e.id: [] for e in selection.examples}
-    pool = demo_pool(selection, pool_name)
-    if pool_name == "train":
-        per_api = Counter(e.api for e in pool)
-        short = sorted({e.api for e in selection.examples if per_api[e.api] < k + 1})
-        if short:
-            log.info("prompt.demo_pool=train: %d of the %d APIs have fewer than k_demos + 1 = %d training calls "
-                     "(e.g. %s); their calls' demonstrations include other APIs' training calls", len(short),
-                     len({e.api for e in selection.examples}), k + 1, short[0])
-    encoder = SentenceEncoder(cfg["retrieval"]["model"], device=cfg["retrieval"].get("device", "cpu"))
-    demos = rank_demos(selection.examples, k, encoder, pool=pool)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "demos.json", demos)
+    with FileLock(str(out / ".lock-demos")):
+        cached = read_intact(out / "demos.json", read_json)
+        if cached is not None:
+            return cached
+        pool = demo_pool(selection, pool_name)
+        if pool_name == "train":
+            per_api = Counter(e.api for e in pool)
+            short = sorted({e.api for e in selection.examples if per_api[e.api] < k + 1})
+            if short:
+                log.info("prompt.demo_pool=train: %d of the %d APIs have fewer than k_demos + 1 = %d training calls "
+                         "(e.g. %s); their calls' demonstrations include other APIs' training calls", len(short),
+                         len({e.api for e in selection.examples}), k + 1, short[0])
+        encoder = SentenceEncoder(cfg["retrieval"]["model"], device=cfg["retrieval"].get("device", "cpu"))
+        demos = rank_demos(selection.examples, k, encoder, pool=pool)
+        write_json(out / "demos.json", demos)
     return demos
 
 
 def run_llm_stage(cfg: Mapping[str, Any], paths: Paths, llm: Any = None) -> Path:
     """Compute (or resume, or reuse) the LLM stage; return its cache folder.
 
-    Concurrent jobs with the same key wait on a file lock and then read the result.
+    Concurrent jobs with the same key wait on a file lock and then read the result. With
+    ``llm.shards=N`` the batches are shared by N workers (:mod:`mice_exp.llm.shards`): ``llm.shard=i``
+    computes worker i's only (the folder is complete, with ``done.json``, once every worker has run);
+    without it N local worker processes compute them all.
     """
     selection = select_examples(cfg["dataset"], paths)
     out, key = stage_dir(cfg, paths, selection)
@@ -185,14 +192,21 @@ def run_llm_stage(cfg: Mapping[str, Any], paths: Paths, llm: Any = None) -> Path
         write_json(out / "meta.json", key)
     if (out / "done.json").exists():
         return out
+    plan = ShardPlan.from_config(cfg["llm"], len(selection.examples))
     out.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(out / ".lock")):
+    if plan.launches:
+        write_json(out / "meta.json", key)
+        retrieved_demos(out, cfg, selection)  # once, before the workers start
+        run_workers(cfg, paths, out, plan)
+        return out
+    with FileLock(str(out / plan.lock)):
         if (out / "done.json").exists():
             return out
         write_json(out / "meta.json", key)
-        log.info("computing the LLM stage in %s", out)
+        log.info("computing the LLM stage in %s%s", out,
+                 "" if plan.worker is None else f" (worker {plan.worker} of {plan.count})")
         with write_guard(out, lambda: f"{len(shards(out))} complete shards kept in {out}; a re-run resumes"):
-            _compute(cfg, paths, selection, out, llm)
+            _compute(cfg, paths, selection, out, llm, plan)
     return out
 
 
@@ -210,7 +224,7 @@ def _set_aside_damaged(out: Path) -> None:
         read_intact(out / "done.json", read_json)
 
 
-def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Path, llm: Any) -> None:
+def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Path, llm: Any, plan: ShardPlan) -> None:
     from mice_exp.llm.model import load_llm
 
     examples = {e.id: e for e in selection.examples}
@@ -225,10 +239,11 @@ def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Pa
     prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget)
                for i in tqdm(sorted(examples), desc="prompts", leave=False)}
     fixed = batches(prompts, int(cfg["llm"]["batch_size"]))
-    width = max(5, len(str(len(fixed))))
-    todo = [(n, b) for n, b in enumerate(fixed) if not (out / f"shard-{n:0{width}d}.jsonl").exists()]
-    bar = tqdm(total=len(prompts), initial=len(prompts) - sum(len(b) for _, b in todo), desc=f"LLM {llm.name}",
-               unit="ex")
+    names = [shard_name(n, len(fixed)) for n in range(len(fixed))]
+    mine = [n for n in range(len(fixed)) if plan.owns(n)]
+    todo = [(n, fixed[n]) for n in mine if not (out / f"{names[n]}.jsonl").exists()]
+    total = sum(len(fixed[n]) for n in mine)
+    bar = tqdm(total=total, initial=total - sum(len(b) for _, b in todo), desc=f"LLM {llm.name}", unit="ex")
     headroom = Headroom()
     headroom.start()
     for n, batch in todo:
@@ -237,11 +252,11 @@ def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Pa
             log.warning(warning)
         records, arrays = run_batch(llm, batch, examples, selection.splits, prompts, builder.fmt,
                                     int(cfg["llm"]["max_new_tokens"]), bool(cfg["llm"].get("store_token_states")))
-        name = f"shard-{n:0{width}d}"
-        write_npz(out / f"{name}.npz", arrays)
-        write_jsonl(out / f"{name}.jsonl", records)
+        write_npz(out / f"{names[n]}.npz", arrays)
+        write_jsonl(out / f"{names[n]}.jsonl", records)
         headroom.done(longest)
         bar.update(len(batch))
     bar.close()
-    write_json(out / "done.json", summarise(read_stage(out).records)
-               | {"n_layers": llm.n_layers, "hidden_size": llm.hidden_size})
+    if all((out / f"{name}.jsonl").exists() for name in names):  # the last worker to finish merges
+        write_json(out / "done.json", summarise(read_stage(out).records)
+                   | {"n_layers": llm.n_layers, "hidden_size": llm.hidden_size})

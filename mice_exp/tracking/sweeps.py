@@ -36,9 +36,10 @@ from mice_exp.tracking.store import (
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow import MlflowClient
 
-#: Top-level config keys that say where things are stored or how many processes compute them, not
-#: what is computed (the permutation tests' p-values are the same for any n_jobs).
-HASH_IGNORES = ("tracking", "paths", "hydra", "force", "n_jobs")
+#: Config keys (top-level, or dotted) that say where things are stored or how many processes compute them, not
+#: what is computed (the permutation tests' p-values are the same for any n_jobs, the LLM stage's records for
+#: any llm.shards).
+HASH_IGNORES = ("tracking", "paths", "hydra", "force", "n_jobs", "llm.shards", "llm.shard")
 
 
 def quote(value: str, what: str) -> str:
@@ -49,14 +50,15 @@ def quote(value: str, what: str) -> str:
 
 
 def config_hash(cfg: Mapping[str, Any], ignore: Sequence[str] = HASH_IGNORES) -> str:
-    """A digest of the resolved job config, leaving out the top-level groups in ``ignore``.
+    """A digest of the resolved job config, leaving out the top-level groups and dotted keys in ``ignore``.
 
     Computed on the flattened params (the values MLflow records), so it depends only on
     content, not on key order. The code version is not part of it: add
     ``{"git": commit}`` to ``cfg`` to make a new commit re-run everything.
     """
-    kept = {k: v for k, v in cfg.items() if k not in set(ignore)}
-    return stable_hash(flatten_params(kept), length=32)
+    skip = set(ignore)
+    params = flatten_params({k: v for k, v in cfg.items() if k not in skip})
+    return stable_hash({k: v for k, v in params.items() if k not in skip}, length=32)
 
 
 def finished_run_with_config(client: MlflowClient, experiment_id: str, config_hash: str) -> str | None:
