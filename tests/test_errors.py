@@ -73,6 +73,7 @@ CONFIG_ERRORS = [
     (["dataset.split.train=0"], "dataset.split.train=0: the estimators need training calls"),
     (["protocol=loao", "dataset.max_apis=1"], "protocol=loao leaves one API out at a time, so it needs at least 2 APIs"),
     (["tracking.enabled=true", "tracking.uri=foo://x"], "tracking.uri='foo://x': unknown scheme 'foo'"),
+    (["dataset.path=${nope}"], "dataset.path: Interpolation key 'nope' not found; expected a value or an interpolation"),
 ]
 
 
