@@ -8,7 +8,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from mice_exp.errors import UserError
+from mice_exp.errors import UserError, fail
 from mice_exp.paths import project_root
 
 CONFIG_DIR = str(project_root() / "conf")
@@ -25,7 +25,7 @@ def hydra_app(cfg: DictConfig) -> float | None:
     except UserError as error:  # Hydra would print a traceback; a user error gets one line
         job = _sweep_job()
         if job is None:
-            _fail(error)
+            fail(error)
         print(f"mice-exp: job {job[0]} ({job[1]}) failed: {error}", file=sys.stderr)
         FAILED_JOBS.append(job[0])
         return None
@@ -40,11 +40,6 @@ def _sweep_job() -> tuple[str, str] | None:
         return None
     hydra_cfg = HydraConfig.get()
     return f"#{hydra_cfg.job.num}", " ".join(hydra_cfg.overrides.task)
-
-
-def _fail(error: UserError) -> None:
-    print(f"mice-exp: error: {error}", file=sys.stderr)
-    sys.exit(2)
 
 
 def main() -> None:
@@ -65,7 +60,7 @@ def main() -> None:
                 raise UserError(f"{len(FAILED_JOBS)} job(s) of the sweep failed ({', '.join(FAILED_JOBS)}); the "
                                 "others ran, and a re-run skips those that finished")
     except UserError as error:
-        _fail(error)
+        fail(error)
     except KeyboardInterrupt:  # caches are written batch by batch, atomically: what finished is on disk
         print("mice-exp: interrupted; every finished LLM-stage batch, feature cache and MLflow run is kept, and "
               f"the same command resumes from them: mice-exp {shlex.join(argv)}", file=sys.stderr)

@@ -19,7 +19,8 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from mice_exp.launcher.gpus import plan_workers
+from mice_exp.errors import fail
+from mice_exp.launcher.gpus import LauncherConfigError, plan_workers
 from mice_exp.launcher.pool import add_traceback_note, run_on_devices
 
 log = logging.getLogger(__name__)
@@ -72,13 +73,16 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     if not job_overrides:
         return []
 
-    plan = plan_workers(
-        len(job_overrides),
-        gpus=launcher.gpus,
-        n_workers=launcher.n_workers,
-        n_cpu_workers=launcher.n_cpu_workers,
-        mode=launcher.mode,
-    )
+    try:
+        plan = plan_workers(
+            len(job_overrides),
+            gpus=launcher.gpus,
+            n_workers=launcher.n_workers,
+            n_cpu_workers=launcher.n_cpu_workers,
+            mode=launcher.mode,
+        )
+    except LauncherConfigError as error:  # Hydra would wrap the one line in its traceback
+        fail(error)
     log.info(f"GpuPool launcher is launching {len(job_overrides)} jobs on {plan.describe()}")
     if not plan.on_gpu and launcher.mode == "auto":
         log.info("No GPU visible (CUDA_VISIBLE_DEVICES / nvidia-smi -L): jobs run on CPU workers")
