@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import NoReturn
 
 
@@ -28,3 +29,20 @@ def fail(error: UserError) -> NoReturn:
     """
     print(f"mice-exp: error: {error}", file=sys.stderr)
     sys.exit(2)
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """A sweep job that ended in a user error: it fails alone, the other jobs run."""
+
+    number: int
+    overrides: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"job #{self.number} ({self.overrides}) failed: {self.error}"
+
+
+#: This process's sweep jobs that ended in a user error; the entrypoint ends the sweep with their lines.
+#: A launcher whose jobs run in other processes adds theirs (:mod:`mice_exp.launcher.hydra_jobs`).
+FAILED_JOBS: list[JobFailure] = []
