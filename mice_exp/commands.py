@@ -41,15 +41,15 @@ def inspect(argv: Sequence[str]) -> None:
     if wants_help(argv):
         print(INSPECT_USAGE)
         return
-    from mice_exp.llm.inspect import layer_table
-
     targets = [a for a in argv if "=" not in a]
     if len(targets) != 1:
         raise UserError(f"{INSPECT_USAGE}; expected exactly one example")
     from mice_exp.config import check_config
 
     cfg = as_plain(compose_config([a for a in argv if "=" in a]))
-    check_config(cfg)  # llm.batch_size=0 and the like: one line, as in a run
+    check_config(cfg)  # llm.batch_size=0 and the like: one line, as in a run, before torch is imported
+    from mice_exp.llm.inspect import layer_table
+
     print(layer_table(cfg, targets[0]))
 
 

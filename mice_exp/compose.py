@@ -13,8 +13,9 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException, InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from mice_exp.config import missing_value
 from mice_exp.errors import UserError
 from mice_exp.paths import project_root
 
@@ -36,10 +37,17 @@ def compose_config(overrides: Sequence[str]) -> DictConfig:
 
 
 def as_plain(cfg: DictConfig | dict) -> dict[str, Any]:
-    """Resolve interpolations (failing on missing values) into plain containers."""
-    if isinstance(cfg, DictConfig):
+    """Resolve interpolations into plain containers; a mandatory value left unset (``???``) or an interpolation
+    that does not resolve is a one-line UserError, the first thing every command does with its config."""
+    if not isinstance(cfg, DictConfig):
+        return cfg
+    try:
         return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    return cfg
+    except MissingMandatoryValue as error:
+        raise UserError(missing_value(cfg, str(error.full_key))) from None
+    except OmegaConfBaseException as error:  # ${nope}, ${oc.env:UNSET}
+        reason = str(error).splitlines()[0]  # the lines below repeat the key and name the node's type
+        raise UserError(f"{error.full_key}: {reason}; expected a value or an interpolation that resolves") from None
 
 
 def group_options(group: str) -> list[str]:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
+from typing import NoReturn
+
 
 class UserError(Exception):
     """Bad input from the user (a file, a config key, a value).
@@ -15,3 +19,30 @@ def expect(condition: bool, message: str) -> None:
     """Raise :class:`UserError` with ``message`` unless ``condition`` holds."""
     if not condition:
         raise UserError(message)
+
+
+def fail(error: UserError) -> NoReturn:
+    """End the process as the entrypoint ends a user error: one line, exit status 2.
+
+    Also for code that runs under Hydra's own handler (a task function, a launcher), which prints a
+    traceback for any exception it catches; ``SystemExit`` passes through it.
+    """
+    print(f"mice-exp: error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """A sweep job that ended in a user error: it fails alone, the other jobs run."""
+
+    number: int
+    overrides: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"job #{self.number} ({self.overrides}) failed: {self.error}"
+
+
+#: This process's sweep jobs that ended in a user error; the entrypoint ends the sweep with their lines.
+#: A launcher whose jobs run in other processes adds theirs (:mod:`mice_exp.launcher.hydra_jobs`).
+FAILED_JOBS: list[JobFailure] = []

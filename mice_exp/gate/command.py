@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from mice_exp.errors import UserError
+from mice_exp.errors import UserError, fail
 
 USAGE = ("usage: mice-exp gate model=GATE_FOLDER|runs:/<run id>/gate|models:/<name>/<version> "
          "input=QUERIES.jsonl|- [output=ANSWERS.jsonl] [device=cpu|cuda] [batch_size=N] "
@@ -101,5 +101,4 @@ def main() -> None:
     try:
         gate(sys.argv[1:])
     except UserError as error:
-        print(f"mice-exp: error: {error}", file=sys.stderr)
-        sys.exit(2)
+        fail(error)

@@ -13,13 +13,15 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
+from mice_exp.errors import UserError
+
 ENV_VAR = "CUDA_VISIBLE_DEVICES"
 CPU_DEVICE = ""  # CUDA_VISIBLE_DEVICES="" hides every GPU from a worker
 MODES = ("auto", "gpu", "cpu")
 
 
-class LauncherConfigError(ValueError):
-    """The launcher's settings cannot be satisfied on this machine."""
+class LauncherConfigError(UserError):
+    """The launcher's settings (``hydra.launcher.*``) cannot be satisfied on this machine."""
 
 
 def parse_visible_devices(value: str) -> list[str]:
@@ -124,10 +126,11 @@ def plan_workers(
     Never more workers than jobs.
     """
     if mode not in MODES:
-        raise LauncherConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        raise LauncherConfigError(f"hydra.launcher.mode={mode!r}; expected one of {', '.join(MODES)}")
     for name, value in (("n_workers", n_workers), ("n_cpu_workers", n_cpu_workers)):
         if value is not None and int(value) < 1:
-            raise LauncherConfigError(f"{name} must be at least 1, got {value}")
+            raise LauncherConfigError(f"hydra.launcher.{name}={value}; expected at least 1")
+    environ = os.environ if environ is None else environ
     if mode == "cpu":
         devices: list[str] = []
     elif gpus is None:
@@ -135,18 +138,19 @@ def plan_workers(
     else:
         devices = [str(g).strip() for g in gpus]
     if len(set(devices)) != len(devices):
-        raise LauncherConfigError(f"gpus lists a device twice: {devices}")
+        raise LauncherConfigError(f"hydra.launcher.gpus lists a device twice: {devices}; expected each GPU once")
     if mode == "gpu" and not devices:
         raise LauncherConfigError(
-            f"mode=gpu but no GPU is visible ({ENV_VAR}={os.environ.get(ENV_VAR, '<unset>')!r}, "
-            "no device from nvidia-smi -L); set hydra.launcher.gpus=[...] or use mode=auto/cpu")
+            f"hydra.launcher.mode=gpu but no GPU is visible ({ENV_VAR}={environ.get(ENV_VAR, '<unset>')!r}, "
+            "no device from nvidia-smi -L); expected a GPU, hydra.launcher.gpus=[0,...] or hydra.launcher.mode=auto "
+            "(CPU workers where there is no GPU)")
 
     if devices:
         count = len(devices) if n_workers is None else int(n_workers)
         if count > len(devices):
             raise LauncherConfigError(
-                f"n_workers={count} but only {len(devices)} GPU(s) ({','.join(devices)}): each worker "
-                "owns exactly one GPU")
+                f"hydra.launcher.n_workers={count} but only {len(devices)} GPU(s) ({','.join(devices)}): each "
+                f"worker owns exactly one GPU; expected n_workers <= {len(devices)}")
         chosen = devices[: max(1, min(count, n_jobs))]
         return WorkerPlan(devices=tuple(chosen), on_gpu=True)
 

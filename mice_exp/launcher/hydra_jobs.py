@@ -4,6 +4,11 @@
 plans one GPU per worker (``gpus.plan_workers``, without touching CUDA) and hands the jobs to
 ``pool.run_on_devices``. ``execute_job`` runs in a worker: it restores Hydra's singletons, builds
 the job's sweep config and calls ``run_job``, as joblib's ``execute_job`` does.
+
+A job's user error fails that job alone, as under Hydra's default launcher: the worker's task
+function records it in the worker's :data:`mice_exp.errors.FAILED_JOBS`, ``execute_job`` sends it
+back with the job's return, and ``launch`` adds it to the launching process's list, from which the
+entrypoint ends the sweep with one line per failed job.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from mice_exp.launcher.gpus import plan_workers
+from mice_exp import errors
+from mice_exp.errors import JobFailure, fail
+from mice_exp.launcher.gpus import LauncherConfigError, plan_workers
 from mice_exp.launcher.pool import add_traceback_note, run_on_devices
 
 log = logging.getLogger(__name__)
@@ -31,8 +38,9 @@ def execute_job(
     config: DictConfig,
     task_function: TaskFunction,
     singleton_state: Dict[Any, Any],
-) -> JobReturn:
-    """Run one job of the sweep in a worker process (joblib launcher's ``execute_job``)."""
+) -> tuple[JobReturn, list[JobFailure]]:
+    """Run one job of the sweep in a worker process (joblib launcher's ``execute_job``); also returns the
+    user errors the job recorded, which the launching process would not see otherwise."""
     idx, overrides = item
     setup_globals()
     Singleton.set_state(singleton_state)
@@ -43,6 +51,7 @@ def execute_job(
         sweep_config.hydra.job.num = idx
     HydraConfig.instance().set_config(sweep_config)
 
+    recorded = len(errors.FAILED_JOBS)  # a worker runs several jobs
     ret = run_job(
         hydra_context=hydra_context,
         config=sweep_config,
@@ -52,7 +61,7 @@ def execute_job(
     )
     if ret.status == JobStatus.FAILED and isinstance(ret._return_value, BaseException):
         add_traceback_note(ret._return_value, where="job's worker")  # otherwise lost with the process
-    return ret
+    return ret, errors.FAILED_JOBS[recorded:]
 
 
 def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
@@ -72,13 +81,16 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     if not job_overrides:
         return []
 
-    plan = plan_workers(
-        len(job_overrides),
-        gpus=launcher.gpus,
-        n_workers=launcher.n_workers,
-        n_cpu_workers=launcher.n_cpu_workers,
-        mode=launcher.mode,
-    )
+    try:
+        plan = plan_workers(
+            len(job_overrides),
+            gpus=launcher.gpus,
+            n_workers=launcher.n_workers,
+            n_cpu_workers=launcher.n_cpu_workers,
+            mode=launcher.mode,
+        )
+    except LauncherConfigError as error:  # Hydra would wrap the one line in its traceback
+        fail(error)
     log.info(f"GpuPool launcher is launching {len(job_overrides)} jobs on {plan.describe()}")
     if not plan.on_gpu and launcher.mode == "auto":
         log.info("No GPU visible (CUDA_VISIBLE_DEVICES / nvidia-smi -L): jobs run on CPU workers")
@@ -99,8 +111,9 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     runs: List[JobReturn] = []
     for (idx, overrides), outcome in zip(items, outcomes):
         if outcome.ok:
-            ret = outcome.value
+            ret, failures = outcome.value
             assert isinstance(ret, JobReturn)
+            errors.FAILED_JOBS.extend(failures)
         else:  # the job never got to return one (a crash, an error before run_job, sys.exit)
             ret = JobReturn(overrides=overrides, status=JobStatus.FAILED)
             ret.return_value = outcome.error

@@ -23,24 +23,28 @@ def default_path(cfg: Mapping[str, Any], root: Path) -> Path:
 def publish_records(cfg: Mapping[str, Any], path: Path | None = None) -> Path:
     """Write the configured LLM stage's records (computing or resuming the stage if needed), or those of
     the records file ``llm.records``, with every source in ``sources.use`` (computed if missing, which
-    loads the LLM) beside the sources the file already holds."""
-    from mice_exp.llm.sources import stage_sources
-    from mice_exp.llm.stage import run_llm_stage
-
+    loads the LLM) beside the sources the file already holds. Torch is imported only once there is work
+    for it: a records file from another LLM or data set is refused in a second, not after the import."""
     paths = paths_from(cfg["paths"])
     if cfg["llm"].get("records"):
         stage = read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"],
                                   expect=records_expect(cfg))
         header = read_records_header(resolve(cfg["llm"]["records"], paths.root))
     else:
+        from mice_exp.llm.stage import run_llm_stage
+
         out = run_llm_stage(cfg, paths)
         stage = read_stage(out)
         header = {"dataset": cfg["dataset"]["name"], "llm": cfg["llm"]["name"], "display": cfg["llm"]["display"],
                   "n_layers": stage.info["n_layers"], "hidden_size": stage.info["hidden_size"],
                   "stage_key": read_json_if(out / "meta.json"), "stage_cache": out.name}
     names = list(cfg["sources"]["use"])
-    values = {n: [None if v != v else float(v) for v in vals]  # NaN -> null
-              for n, vals in (stage_sources(cfg, paths, stage, names) if names else {}).items()}
+    computed: dict[str, Any] = {}
+    if names:
+        from mice_exp.llm.sources import stage_sources
+
+        computed = stage_sources(cfg, paths, stage, names)
+    values = {n: [None if v != v else float(v) for v in vals] for n, vals in computed.items()}  # NaN -> null
     values = {n: v for n, v in stage.sources.items() if n not in values} | values
     records = [publishable(r) | ({"sources": {n: values[n][i] for n in values}} if values else {})
                for i, r in enumerate(stage.records)]

@@ -1,0 +1,300 @@
+"""Issue 29's probe as a test: each bad input or fault it found, typed as a user types it and run through the
+real entrypoint in a fresh process, ends in one line naming what was wrong and what was expected (exit 2), or
+runs correctly, and never in a traceback; nothing already computed is lost.
+
+Rows that fail on the config or on a file fail before any model loads: the fresh cache each row names never
+gets a model or an LLM stage. Rows that need a stage share one tiny stage, computed once for the module; those
+that run an estimation, a second LLM or a worker pool on it are marked slow (each costs 10-40 s here).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cache, cached_property
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from conftest import cache_sharing_models
+from mice_exp.paths import PACKAGE_ROOT
+
+FIXTURES = PACKAGE_ROOT / "tests" / "fixtures"
+DATA = f"dataset.path={FIXTURES / 'ste_tiny.json'}"  # 6 calls of 3 APIs, 3 of them for training
+QUERIES = FIXTURES / "gate_queries.jsonl"
+#: Small enough for a probe: 4 new tokens, one demonstration, no MLflow, no permutation tests.
+SMALL = ["llm.batch_size=3", "llm.max_new_tokens=4", "prompt.k_demos=1", "tracking.enabled=false", "permutations=0"]
+#: The shared stage's run; a view (cosine) and an estimator (mice_lr) a gate can be saved from.
+STAGE = ["llm=tiny_random", DATA, *SMALL, "features=cosine", "estimator=mice_lr"]
+
+
+class Shared:
+    """One tiny LLM stage, computed once in this process, the records file published from it and, for the
+    rows that need one, the gate a run on it saves."""
+
+    def __init__(self, folder: Path, llm: Any) -> None:
+        from mice_exp.compose import as_plain, compose_config
+        from mice_exp.llm.publish import publish_records
+        from mice_exp.llm.stage import run_llm_stage
+        from mice_exp.paths import paths_from
+
+        self.cache = cache_sharing_models(folder / "cache")
+        self.cfg = as_plain(compose_config([*STAGE, f"paths.cache={self.cache}"]))
+        run_llm_stage(self.cfg, paths_from(self.cfg["paths"]), llm=llm)
+        self.records = publish_records(self.cfg, folder / "tiny_random.jsonl.gz")
+
+    @cached_property
+    def gate(self) -> Path:
+        from mice_exp.run import run
+
+        run(self.cfg)  # the estimation on the stage above, which saves its gate in the cache
+        (gate,) = (self.cache / "gates").iterdir()
+        return gate
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, tiny_llm) -> Shared:
+    return Shared(tmp_path_factory.mktemp("shared"), tiny_llm)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a row's command line may name: its own folder (the working folder), a fresh cache, the shared
+    stage, a read-only folder and edited copies of the shared records file."""
+
+    tmp: Path
+    shared: Shared
+
+    @property
+    def cache(self) -> Path:
+        return self.tmp / "cache"
+
+    @property
+    def read_only(self) -> Path:
+        return self.tmp / "read_only"
+
+    def fresh(self, llm: str = "tiny_random") -> list[str]:
+        """A run on the fresh cache: a model loaded or a stage started would show there."""
+        return [f"llm={llm}", *SMALL, f"paths.cache={self.cache}"]
+
+    def stage(self, cache: Path | None = None) -> list[str]:
+        """A run on the shared stage (or a copy of its cache): no LLM runs again."""
+        return [*STAGE, f"paths.cache={cache or self.shared.cache}"]
+
+    def stage_copy(self) -> Path:
+        copy = self.tmp / "stage-cache"
+        shutil.copytree(self.shared.cache, copy, symlinks=True)
+        return copy
+
+    def kept(self) -> Path:
+        """A file an output must not replace."""
+        path = self.tmp / "kept.jsonl.gz"
+        if not path.exists():
+            path.write_text("kept\n")
+        return path
+
+    def records(self, edit: Callable[[list[dict]], list[dict]]) -> Path:
+        """A copy of the shared records file with its calls (every line after the header) edited."""
+        with gzip.open(self.shared.records, "rt") as handle:
+            header, *lines = handle.read().splitlines()
+        path = self.tmp / "edited.jsonl.gz"
+        with gzip.open(path, "wt") as handle:
+            handle.write("\n".join([header, *map(json.dumps, edit([json.loads(x) for x in lines]))]) + "\n")
+        return path
+
+
+def without(key: str) -> Callable[[list[dict]], list[dict]]:
+    return lambda calls: [{k: v for k, v in call.items() if k != key} for call in calls]
+
+
+def the_answers_are_written(p: Probe, out: str, err: str) -> None:
+    assert len((p.tmp / "new" / "answers.jsonl").read_text().splitlines()) == 7
+
+
+def the_file_is_kept(p: Probe, out: str, err: str) -> None:
+    assert p.kept().read_text() == "kept\n"
+
+
+def the_meta_is_rewritten(p: Probe, out: str, err: str) -> None:
+    """The damaged meta.json is rewritten from the stage key, as the intact one reads."""
+    (meta,) = (p.tmp / "stage-cache" / "llm").glob("*/meta.json")
+    intact = p.shared.cache / "llm" / meta.parent.name / "meta.json"
+    assert json.loads(meta.read_text()) == json.loads(intact.read_text())
+
+
+def sweep_ends_with_the_failed_job(p: Probe, out: str, err: str) -> None:
+    """Job #0's user error is its line at the end of the sweep; job #1 ran its stage."""
+    summary = err.strip().splitlines()[-2]
+    assert summary.startswith("mice-exp: job #0 (") and summary.endswith(") failed: llm.batch_size=0; expected a "
+                                                                         "positive integer")
+    assert "mice-exp: job #1" not in err and "tiny-random-Llama: 0/6 tool calls correct" in out
+
+
+def interrupted_names_the_command(p: Probe, out: str, err: str) -> None:
+    assert f"the same command resumes from them: mice-exp {shlex.join(interrupted(p))}" in err
+
+
+def interrupted(p: Probe) -> list[str]:
+    return ["llm=tiny_random", DATA, *SMALL, f"paths.cache={cache_sharing_models(p.tmp / 'stage-cache')}", "stage=llm"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A row of the probe: what the user typed, what the output must say and the exit status."""
+
+    name: str
+    args: Callable[[Probe], list[str]]
+    says: str  # in the last line of stderr; for a run that ends well, anywhere in its output
+    code: int = 2
+    check: Callable[[Probe, str, str], None] | None = None  # what else must hold (nothing computed lost)
+    interrupt_on: str | None = None  # Ctrl-C as soon as the output shows this
+    slow: bool = False
+
+
+CASES = [
+    # silently wrong before
+    Case("a run on another LLM's records",
+         lambda p: [*p.fresh("gemma3_270m"), DATA, f"llm.records={p.shared.records}"],
+         "was written with llm='tiny_random'; this run has llm.name='gemma3_270m'"),
+    Case("records adding a source with another LLM",
+         lambda p: ["records", *p.fresh("smollm2_135m"), DATA, f"llm.records={p.shared.records}",
+                    "sources.use=[p_true]", f"output={p.tmp / 'out.jsonl.gz'}"],
+         "was written with llm='tiny_random'; this run has llm.name='smollm2_135m'"),
+    Case("records with a repeated id",  # the first call twice, the last one gone: the count still matches
+         lambda p: [*p.fresh(), DATA, f"llm.records={p.records(lambda calls: [calls[0], *calls[:-1]])}"],
+         "line 3 repeats id"),
+    Case("records lacking pred_api", lambda p: [*p.fresh(), DATA, f"llm.records={p.records(without('pred_api'))}"],
+         "6 records lack 'pred_api' (first on line 2)"),
+    Case("pca10 on 3 training rows", lambda p: [*p.stage(), "features=pca10"],
+         "features.components=10: the PCA view fits on 3 training", slow=True),
+    Case("gate +tau=nan",
+         lambda p: ["gate", f"model={p.tmp / 'gate'}", f"input={QUERIES}", "+tau=nan", f"paths.cache={p.cache}"],
+         "tau=nan is not a setting: nothing reads it"),
+    # work lost, or success claimed on nothing; the gate's output is refused before its model loads (there is none)
+    Case("gate output in a read-only folder",
+         lambda p: ["gate", f"model={p.tmp / 'gate'}", f"input={QUERIES}", f"output={p.read_only / 'answers.jsonl'}"],
+         "cannot write there"),
+    Case("gate output naming a folder",
+         lambda p: ["gate", f"model={p.tmp / 'gate'}", f"input={QUERIES}", f"output={p.tmp}"], "is a folder"),
+    Case("gate output in a missing folder (created)",
+         lambda p: ["gate", f"model={p.shared.gate}", f"input={QUERIES}", f"output={p.tmp / 'new' / 'answers.jsonl'}",
+                    f"paths.cache={p.shared.cache}"],
+         "gate: 7 queries", code=0, check=the_answers_are_written, slow=True),
+    Case("report --out read-only",
+         lambda p: ["report", "--out", str(p.read_only / "report"), "--tracking-uri", f"sqlite:///{p.tmp / 'm.db'}"],
+         "cannot write there"),
+    Case("one sweep job's user error", lambda p: ["-m", *p.stage(), "stage=llm", "llm.batch_size=0,3"],
+         "1 job(s) of the sweep failed (#0); the others ran", check=sweep_ends_with_the_failed_job),
+    Case("sample_efficiency sizes above the training split",
+         lambda p: [*p.stage(), "protocol=sample_efficiency", "protocol.sizes=[50,100]"],
+         "protocol.sizes=[50, 100]: every size is larger than the 3 training rows", slow=True),
+    # a dangerous path
+    Case("records output= empty", lambda p: ["records", "output=", *p.fresh(), DATA],
+         "output is empty; expected the path of a file to write"),
+    Case("records output an existing file", lambda p: ["records", f"output={p.kept()}", *p.fresh(), DATA],
+         "exists; pass force=true to replace it", check=the_file_is_kept),
+    # tracebacks before
+    Case("records output read-only",
+         lambda p: ["records", f"output={p.read_only / 'out.jsonl.gz'}", *p.fresh(), DATA], "cannot write there"),
+    Case("records output naming the project", lambda p: ["records", f"output={PACKAGE_ROOT}", *p.fresh(), DATA],
+         "is a folder"),
+    Case("records llm.batch_size=0", lambda p: ["records", *p.fresh(), "llm.batch_size=0"],
+         "llm.batch_size=0; expected a positive integer"),
+    Case("inspect llm.batch_size=0", lambda p: ["inspect", "ste/add_date/0", *p.fresh(), "llm.batch_size=0"],
+         "llm.batch_size=0; expected a positive integer"),
+    Case("a truncated meta.json in a finished stage (rewritten)",
+         lambda p: [*p.stage(truncated_meta(p.stage_copy())), "stage=llm"],
+         "tiny-random-Llama: 0/6 tool calls correct", code=0, check=the_meta_is_rewritten, slow=True),
+    Case("records lacking parse_error",
+         lambda p: [*p.fresh(), DATA, f"llm.records={p.records(without('parse_error'))}"],
+         "6 records lack 'parse_error' (first on line 2)"),
+    Case("records with a string label",
+         lambda p: [*p.fresh(), DATA, f"llm.records={p.records(lambda c: [c[0] | {'label': '0'}, *c[1:]])}"],
+         "has label='0'; expected 0 or 1"),
+    Case("estimator=field on tiny data", lambda p: [*p.stage(), "estimator=field"],
+         "miscalibration field: not fitted (the training labels are all one class); no diagnostics", code=0,
+         slow=True),
+    Case("estimator=field in a sweep", lambda p: ["-m", *p.stage(), "estimator=field,mice_lr"],
+         "miscalibration field: not fitted", code=0, slow=True),
+    Case("hydra.launcher.mode=gpu without a GPU",
+         lambda p: ["-m", "hydra/launcher=gpu_pool", "hydra.launcher.mode=gpu", *p.fresh(), "llm.batch_size=2,3"],
+         "hydra.launcher.mode=gpu but no GPU is visible (CUDA_VISIBLE_DEVICES=''"),
+    Case("dataset=jsonl without dataset.path", lambda p: ["dataset=jsonl", *p.fresh()],
+         "dataset=jsonl needs dataset.path=FILE.jsonl (one tool call per line"),
+    Case("Ctrl-C in the LLM stage", interrupted, "mice-exp: interrupted; every finished LLM-stage batch",
+         code=130, interrupt_on="computing the LLM stage", check=interrupted_names_the_command, slow=True),
+    # found since: a user error in a pool launcher's worker process ended in exit 0
+    Case("a gpu_pool worker's job user error",
+         lambda p: ["-m", "hydra/launcher=cpu_pool", *p.stage(), "stage=llm", "llm.batch_size=0,3"],
+         "1 job(s) of the sweep failed (#0); the others ran", check=sweep_ends_with_the_failed_job, slow=True),
+]
+
+
+def truncated_meta(cache: Path) -> Path:
+    (meta,) = (cache / "llm").glob("*/meta.json")
+    meta.write_bytes(meta.read_bytes()[: meta.stat().st_size // 2])
+    return cache
+
+
+@cache
+def can_mount() -> bool:
+    return subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode == 0
+
+
+def where_read_only(folder: Path, args: list[str]) -> list[str]:
+    """The prefix that makes ``folder`` read-only for a command naming it: its permission bits do for a user;
+    root ignores them, so for root the folder is mounted read-only in the command's own mount namespace (as
+    a read-only disk would be) and the machine's mounts are not touched."""
+    if os.geteuid() != 0 or not any(str(folder) in arg for arg in args):
+        return []
+    if not can_mount():
+        pytest.skip("root without the right to mount: no folder is read-only for it")
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"', str(folder)]
+
+
+def run_probe(p: Probe, case: Case) -> tuple[int, str, str]:
+    """``mice-exp ARGS`` in a fresh process in the probe's folder: exit status, stdout, stderr."""
+    args = case.args(p)
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT), "CUDA_VISIBLE_DEVICES": ""}  # this checkout; no GPU
+    command = [*where_read_only(p.read_only, args), sys.executable, "-m", "mice_exp", *args]
+    proc = subprocess.Popen(command, cwd=p.tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if case.interrupt_on is None:
+        out, err = proc.communicate(timeout=300)
+        return proc.returncode, out, err
+    said = []
+    for line in proc.stdout:  # Hydra logs to stdout; the few lines of stderr meanwhile never fill their pipe
+        said.append(line)
+        if case.interrupt_on in line:
+            proc.send_signal(signal.SIGINT)
+    return proc.wait(timeout=300), "".join(said), proc.stderr.read()
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.slow] if c.slow else []) for c in CASES],
+                         ids=[c.name for c in CASES])
+def test_a_bad_input_ends_in_one_line_or_runs(tmp_path, shared, case):
+    p = Probe(tmp_path, shared)
+    p.read_only.mkdir()
+    p.read_only.chmod(0o555)
+    try:
+        code, out, err = run_probe(p, case)
+    finally:
+        p.read_only.chmod(0o755)
+    assert "Traceback" not in err, err
+    assert code == case.code, err
+    if case.code:
+        assert case.says in err.strip().splitlines()[-1], err
+    else:
+        assert case.says in out + err, out + err
+    if case.check:
+        case.check(p, out, err)
+    assert not list(p.cache.glob("*/*")), "a model was loaded or a stage started"
+    assert not list(tmp_path.rglob("*.tmp")), "a write left its temporary file"
