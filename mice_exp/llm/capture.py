@@ -175,7 +175,7 @@ def generate_ids(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: int
     stop = StoppingCriteriaList([_StopAtCall(llm.tokenizer, ids.shape[1], rows, fmt)])
     with attention_kernels(llm.device):
         out = llm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stop,
-                                 cache=cache)
+                                 **{llm.cache_arg: cache})
     return out[:, ids.shape[1]:]
 
 

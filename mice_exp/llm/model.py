@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
@@ -27,6 +28,12 @@ class LLM:
     device: torch.device
     backend: ClassVar[str] = "hf"
     internals: ClassVar[bool] = True  # hidden states and the logit lens: what views and probes read
+
+    @property
+    def cache_arg(self) -> str:
+        """The name the installed transformers gives the KV-cache argument: ``cache`` (5.2x), ``past_key_values``
+        before (vLLM's CPU build pins transformers below 5.20, and its venv runs the hf path too)."""
+        return "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
 
     @property
     def layers(self) -> Any:

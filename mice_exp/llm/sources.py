@@ -136,14 +136,14 @@ def shared_length(prompts: Sequence[Sequence[int]]) -> int:
 def prefill(llm: LLM, ids: Sequence[int]) -> DynamicCache:
     cache = DynamicCache(config=llm.model.config)
     if ids:
-        llm.model(input_ids=torch.tensor([list(ids)], device=llm.device), cache=cache, use_cache=True,
+        llm.model(input_ids=torch.tensor([list(ids)], device=llm.device), **{llm.cache_arg: cache}, use_cache=True,
                   logits_to_keep=1)
     return cache
 
 
 @torch.inference_mode()
 def p_true(llm: LLM, cache: DynamicCache, start: int, prompt: Sequence[int]) -> float:
-    out = llm.model(input_ids=torch.tensor([list(prompt[start:])], device=llm.device), cache=cache,
+    out = llm.model(input_ids=torch.tensor([list(prompt[start:])], device=llm.device), **{llm.cache_arg: cache},
                     use_cache=True, logits_to_keep=1)
     probs = torch.softmax(out.logits[0, -1].float(), -1)
     yes, no = probs[option_token_ids(llm.tokenizer, "A")].sum(), probs[option_token_ids(llm.tokenizer, "B")].sum()

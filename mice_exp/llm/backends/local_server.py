@@ -22,14 +22,16 @@ def free_port() -> int:
 
 @contextmanager
 def vllm_server(folder: Path, name: str, context: int, python: str = sys.executable) -> Iterator[tuple[str, int]]:
-    """``vllm serve`` of ``folder`` on 127.0.0.1 (base URL, server pid), stopped on exit."""
+    """``vllm serve`` of ``folder`` on 127.0.0.1 (base URL, server pid), stopped on exit. On a CPU its KV cache
+    takes ``$VLLM_CPU_KVCACHE_SPACE`` GiB (2 unless set), not vLLM's default share of the whole memory."""
     port = free_port()
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-serve-{port}.log", "w")
     server = subprocess.Popen([python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
                                "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
                                "--dtype", "float32", "--max-model-len", str(context), "--seed", "0",
                                "--max-logprobs", "20", "--enable-prefix-caching"],
-                              stdout=log, stderr=subprocess.STDOUT)
+                              stdout=log, stderr=subprocess.STDOUT,
+                              env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")})
     try:
         deadline = time.time() + 600
         while True:
