@@ -43,6 +43,16 @@ def test_a_records_file_holds_the_stage_records_without_activations(published):
         file.arrays("mean_pool")
 
 
+def test_a_records_file_names_the_commit_that_wrote_it(published):
+    import subprocess
+
+    from mice_exp.llm.records import read_records_header
+
+    head = subprocess.run(["git", "-C", str(PACKAGE_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    (step,) = read_records_header(published[1])["written_by"]
+    assert step["wrote"] == "the stage" and step["commit"] == head.stdout.strip()
+
+
 def test_the_same_records_give_the_same_bytes(published, tmp_path):
     out, path = published
     cfg = tiny_cfg() | {"paths": {"root": str(PACKAGE_ROOT), "cache": str(out.parents[1])}}

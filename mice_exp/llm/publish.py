@@ -48,8 +48,18 @@ def publish_records(cfg: Mapping[str, Any], path: Path | None = None) -> Path:
     values = {n: v for n, v in stage.sources.items() if n not in values} | values
     records = [publishable(r) | ({"sources": {n: values[n][i] for n in values}} if values else {})
                for i, r in enumerate(stage.records)]
+    what = ("sources " + ", ".join(computed) if computed else "a copy" if cfg["llm"].get("records") else "the stage")
     header = {k: v for k, v in header.items() if k not in ("format", "version")} | {
-        "examples": len(records), "sources": list(values)}
+        "examples": len(records), "sources": list(values), "written_by": written_by(header, paths.root, what)}
     path = path or default_path(cfg, paths.root)
     write_records_file(path, header, records)
     return path
+
+
+def written_by(header: dict[str, Any], root: Path, what: str) -> list[dict[str, Any]]:
+    """The commits that wrote a records file, oldest first, each with what it wrote (the stage, sources, a
+    copy); a file from before this field starts its list at its next write."""
+    from mice_exp.tracking.gitinfo import git_tags
+
+    tags = git_tags(root)
+    return [*header.get("written_by", []), {"commit": tags.get("git.commit"), "dirty": tags["git.dirty"], "wrote": what}]
