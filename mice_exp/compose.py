@@ -15,7 +15,6 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from mice_exp.config import missing_value
 from mice_exp.errors import UserError
 from mice_exp.paths import project_root
 
@@ -25,6 +24,22 @@ HELP_FLAGS = ("-h", "--help")
 def wants_help(argv: Sequence[str]) -> bool:
     """A sub-command asked for its usage (answered before anything loads)."""
     return any(arg in HELP_FLAGS for arg in argv)
+
+
+#: What a mandatory setting (``???`` in its YAML) expects, for the one line naming it.
+MANDATORY = {
+    "dataset.path": 'FILE.jsonl (one tool call per line: {"id", "api", "query", "tools", '
+                    '"gold": {"action", "action_input"}}; see conf/dataset/jsonl.yaml)',
+}
+
+
+def missing_value(cfg: Mapping[str, Any], key: str) -> str:
+    """The one line for a mandatory setting left unset, naming the group option that needs it
+    (``dataset=jsonl needs dataset.path=...``): checked as the config resolves, before anything loads."""
+    group, _, _ = key.partition(".")
+    option = cfg.get(group, {}).get("name") if "." in key else None
+    who = f"{group}={option}" if isinstance(option, str) else "this config"
+    return f"{who} needs {key}={MANDATORY.get(key, 'VALUE')}"
 
 
 def compose_config(overrides: Sequence[str]) -> DictConfig:

@@ -109,21 +109,6 @@ RULES: dict[str, Rule] = {
 
 
 #: What a mandatory (``???``) setting expects, by dotted key: the group option that leaves it unset names it.
-MANDATORY = {
-    "dataset.path": 'FILE.jsonl (one tool call per line: {"id", "api", "query", "tools", '
-                    '"gold": {"action", "action_input"}}; see conf/dataset/jsonl.yaml)',
-}
-
-
-def missing_value(cfg: Mapping[str, Any], key: str) -> str:
-    """The one line for a mandatory setting left unset, naming the group option that needs it
-    (``dataset=jsonl needs dataset.path=...``): checked as the config resolves, before anything loads."""
-    group, _, _ = key.partition(".")
-    option = cfg.get(group, {}).get("name") if "." in key else None
-    who = f"{group}={option}" if isinstance(option, str) else "this config"
-    return f"{who} needs {key}={MANDATORY.get(key, 'VALUE')}"
-
-
 def _lookup(cfg: Mapping[str, Any], key: str) -> tuple[bool, Any]:
     node: Any = cfg
     for part in key.split("."):
