@@ -8,6 +8,7 @@ read back by the openai client's response type, and end to end on SmolLM2 in the
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -135,6 +136,13 @@ def test_malformed_json_and_unknown_paths_get_error_bodies_and_the_server_goes_o
     assert body["error"]["message"].startswith("We could not parse the JSON body of your request")
     status, body = post(f"{server.url}/completions", b"{}")
     assert status == 404 and body["error"]["message"].startswith("Invalid URL (POST /v1/completions)")
+    connection = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=60)
+    connection.putrequest("POST", "/v1/chat/completions")
+    connection.putheader("Content-Length", str(2**30))  # announced, never sent
+    connection.endheaders()
+    answer = connection.getresponse()
+    assert answer.status == 413 and "at most" in json.loads(answer.read())["error"]["message"]
+    connection.close()
     assert create(client, server).object == "chat.completion"  # still serving
 
 

@@ -132,6 +132,9 @@ class ChatService:
             return 200, completion(decision, self.model, request["on_abstain"])
         except InvalidRequest as error:
             return error.status, error_body(str(error), param=error.param, code=error.code)
+        except UserError as error:  # the gate's own trouble (a model that will not load): one line, not a traceback
+            print(f"serve: error: {error}", file=sys.stderr)
+            return 500, error_body(str(error), "server_error")
         except Exception as error:  # noqa: BLE001 - the server answers and goes on
             traceback.print_exc(file=sys.stderr)
             return 500, error_body(f"the gate failed on this request: {type(error).__name__}: {error}", "server_error")
@@ -182,16 +185,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._not_found()
 
     def do_POST(self) -> None:  # noqa: N802
+        length = self.headers.get("Content-Length", "0")
+        if not length.isdigit() or int(length) > MAX_BODY:
+            self.close_connection = True  # the body is not read: the connection cannot carry another request
+            self._send(413 if length.isdigit() else 411, error_body(
+                f"Content-Length {length!r}; expected the body's size in bytes, at most {MAX_BODY}"))
+            return
+        body = self.rfile.read(int(length))
         if self.path.split("?", 1)[0].rstrip("/") != "/v1/chat/completions":
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self._not_found()
             return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            self.close_connection = True
-            self._send(413, error_body(f"the request body has {length} bytes; expected at most {MAX_BODY}"))
-            return
-        self._send(*self.server.service.complete(self.rfile.read(length)))
+        self._send(*self.server.service.complete(body))
 
     def _not_found(self) -> None:
         self._send(404, error_body(f"Invalid URL ({self.command} {self.path}); this server answers "
