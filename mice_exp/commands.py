@@ -11,6 +11,7 @@ from mice_exp.errors import UserError
 USAGE = """usage: mice-exp [-m] [key=value ...]         run the configured experiment (a sweep with -m)
        mice-exp inspect EXAMPLE [key=value ...] per-layer logit-lens strings of one example
        mice-exp gate model=... input=...        calibrated execute / abstain decisions for new queries
+       mice-exp serve model=... [port=8000]     the gate as an OpenAI-compatible endpoint on 127.0.0.1
        mice-exp report [--sweep DIR] [...]      paper tables and figures from the finished MLflow runs
        mice-exp records [output=FILE] [...]     publish the LLM stage as a records file (llm.records=FILE)
        mice-exp ui [key=value ...]              the MLflow runs table (link printed, local store served)
@@ -71,6 +72,13 @@ def gate(argv: Sequence[str]) -> None:
     run_gate(argv)
 
 
+def serve(argv: Sequence[str]) -> None:
+    """``mice-exp serve model=...``: the gate as an OpenAI-compatible chat-completions endpoint on 127.0.0.1."""
+    from mice_exp.gate.command import serve as run_serve
+
+    run_serve(argv)
+
+
 def records(argv: Sequence[str]) -> None:
     """``mice-exp records [output=FILE] [overrides]``: publish the configured LLM stage as a records file."""
     if wants_help(argv):
@@ -128,4 +136,4 @@ def ui(argv: Sequence[str]) -> None:
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect, "report": report, "gate": gate,
-                                                        "records": records, "ui": ui}
+                                                        "serve": serve, "records": records, "ui": ui}

@@ -189,7 +189,8 @@ def _log_rows(cfg: dict[str, Any], paths: Paths, stage: StageOutput, fs, rows, t
 
     saved = save_run_gate(cfg, paths, stage, fs, rows[-1].estimator, tracker)
     if saved:
-        print(f"gate saved: {saved.get('uri') or saved.get('folder')} (mice-exp gate model=... input=queries.jsonl)")
+        where = saved.get("uri") or saved.get("folder")
+        print(f"gate saved: {where} (mice-exp gate model={where} input=queries.jsonl; mice-exp serve model={where})")
     return metrics | {"objective": rows[-1].metrics[schema.OBJECTIVE]}
 
 

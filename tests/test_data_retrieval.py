@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mice_exp.data.records import Example
-from mice_exp.data.retrieval import SentenceEncoder, rank_demos
+from mice_exp.data.retrieval import PoolEncoder, SentenceEncoder, rank_demos
 from mice_exp.errors import UserError
 
 QUERIES = {
@@ -56,6 +56,21 @@ def test_rank_demos_ties_go_to_the_smaller_id(encoder: SentenceEncoder) -> None:
     pool = [make("z", QUERIES["b"]), make("y", QUERIES["b"]), make("a", QUERIES["a"])]
     query = make("q", "Latest F1 news, please.")
     assert rank_demos([query], 2, encoder, pool=pool)["t/x/q"] == ["t/x/y", "t/x/z"]
+
+
+def test_a_pool_encoder_encodes_its_pool_once_and_ranks_as_the_encoder(encoder: SentenceEncoder) -> None:
+    seen: list[list[str]] = []
+
+    class Watched:  # the real encoder, recording what it is asked to encode
+        def encode(self, texts: list[str]) -> np.ndarray:
+            seen.append(list(texts))
+            return encoder.encode(texts)
+
+    pool, query = EXAMPLES[1:], make("q", "Latest F1 news, please.")
+    pooled = PoolEncoder(Watched(), [e.query for e in pool])
+    for _ in range(2):
+        assert rank_demos([query], 3, pooled, pool=pool) == rank_demos([query], 3, encoder, pool=pool)
+    assert seen == [list(dict.fromkeys(e.query for e in pool)), [query.query], [query.query]]
 
 
 def test_rank_demos_bad_k(encoder: SentenceEncoder) -> None:

@@ -90,7 +90,7 @@ def test_a_bad_value_is_one_line_before_anything_loads(tmp_path, monkeypatch, ca
 def test_a_mistyped_subcommand_names_the_subcommands(monkeypatch, capsys):
     code, _, err = cli(monkeypatch, capsys, ["reprot", "--sweep", "multirun/x"])
     assert code == 2 and err.strip() == ("mice-exp: error: unknown command 'reprot'; expected one of inspect, "
-                                         "report, gate, records, ui or key=value overrides (mice-exp --help)")
+                                         "report, gate, serve, records, ui or key=value overrides (mice-exp --help)")
 
 
 def test_the_gate_refuses_the_values_the_main_command_refuses(tmp_path, monkeypatch, capsys):
@@ -140,7 +140,7 @@ def test_bad_data_or_model_folder_is_one_line_before_the_model_loads(tmp_path, m
 
 
 HELP = [["--help"], ["-h"], ["inspect", "--help"], ["inspect", "-h"], ["gate", "--help"], ["gate", "-h"],
-        ["report", "--help"], ["report", "-h"], ["records", "--help"], ["ui", "-h"]]
+        ["serve", "--help"], ["report", "--help"], ["report", "-h"], ["records", "--help"], ["ui", "-h"]]
 #: Prints, after the command, which heavy libraries it imported: help must load no model library.
 HELP_PROBE = ("import sys\nfrom mice_exp.__main__ import main\nsys.argv = ['mice-exp', *sys.argv[1:]]\n"
               "try:\n    main()\nexcept SystemExit as end:\n    assert not end.code, end.code\n"

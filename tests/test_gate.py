@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -104,13 +105,17 @@ def test_each_answer_says_how_sure_the_llm_is_of_each_argument(answers):
             assert all(0.0 <= p <= 1.0 for p in answer["arguments"].values())
 
 
+#: A record of a parsed ReAct call (tiny_random's own replies never parse): its tokens
+#: ... | {"city": | "Paris" | , "days": | 3}, "Paris" at 0.5 and 3 at 0.25.
+PARSED = {"pred_api": "get_weather", "pred_args": {"city": "Paris", "days": 3},
+          "text": 'Action: get_weather\nAction Input: {"city": "Paris", "days": 3}',
+          "offsets": [(0, 33), (33, 42), (42, 50), (50, 59), (59, 62)], "token_ids": [1, 2, 3, 4, 5],
+          "token_probs": [1.0, 1.0, 0.5, 1.0, 0.25], "raw_confidence": 0.125, "parse_error": None, "prompt_tokens": 40}
+
+
 def test_a_parsed_call_gets_the_token_product_of_each_argument(fitted, tiny_llm):
     gate = Gate.load(fitted[0], llm=tiny_llm)
-    text = 'Action: get_weather\nAction Input: {"city": "Paris", "days": 3}'
-    offsets = [(0, 33), (33, 42), (42, 50), (50, 59), (59, 62)]  # ... | {"city": | "Paris" | , "days": | 3}
-    record = {"pred_api": "get_weather", "pred_args": {"city": "Paris", "days": 3}, "text": text, "offsets": offsets,
-              "token_probs": [1.0, 1.0, 0.5, 1.0, 0.25], "raw_confidence": 0.125, "parse_error": None}
-    answer = gate._answer("q", record, 0.7)
+    answer = gate._answer("q", PARSED, 0.7)
     assert answer["arguments"] == {"city": 0.5, "days": 0.25} and answer["arguments_error"] is None
     assert answer["decision"] == "execute"
 
@@ -287,3 +292,102 @@ def test_a_run_logs_and_registers_its_gate_and_every_uri_loads_it(fitted, tmp_pa
     with tracked_run(tracking, tmp_path, run_name="again") as again:  # the same pipeline run a second time
         assert save_run_gate(run.cfg, run.paths, read_stage(run.out), fs, estimator, again)["version"] == 2
     assert Gate.load(f"models:/{name}/latest", tracking=tracking, root=tmp_path).spec["provenance"]["run_id"] == again.run_id
+
+
+# --- the Python API: Gate.check on OpenAI-style chat requests ------------------------------------------------
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Forecast for a city.", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "description": "The city's name."},
+                                     "days": {"type": "integer", "default": 1}},
+    "required": ["city"]}}}
+
+
+def ask(text: str) -> list[dict]:
+    return [{"role": "system", "content": "You are a helpful agent."}, {"role": "user", "content": text}]
+
+
+def test_check_answers_a_chat_request_with_a_typed_decision(fitted, tiny_llm):
+    from mice_exp.gate import Decision
+
+    gate = Gate.load(fitted[0], llm=tiny_llm)
+    decision = gate.check(ask("What's the weather in Paris?"), [WEATHER])
+    assert isinstance(decision, Decision) and 0.0 <= decision.probability <= 1.0 and decision.tau == 0.5
+    # tiny_random's random text holds no call: nothing to execute, whatever the probability, and why
+    assert decision.call is None and decision.arguments == {} and not decision.execute
+    assert decision.parse_error == "no 'Action:' line" and decision.text.strip() == ""
+    assert decision.prompt_tokens > 100 and decision.completion_tokens == 6  # llm.max_new_tokens
+    assert gate.check(ask("What's the weather in Paris?"), [WEATHER], tau=0.0).tau == 0.0
+    batch = gate.check_batch([(ask("Weather in Rome?"), [WEATHER]), (ask("And in Oslo?"), [WEATHER])], tau=0.9)
+    assert [type(d) for d in batch] == [Decision, Decision] and {d.tau for d in batch} == {0.9}
+
+
+def test_a_parsed_call_is_executed_above_tau_and_names_its_least_certain_argument(fitted, tiny_llm):
+    from mice_exp.gate import Call
+
+    gate = Gate.load(fitted[0], llm=tiny_llm)
+    decision = gate._decision(PARSED, 0.7, 0.5, ["get_weather"])
+    assert decision.call == Call("get_weather", {"city": "Paris", "days": 3}) and decision.execute
+    assert decision.arguments == {"city": 0.5, "days": 0.25} and decision.least_certain == "days"
+    assert not gate._decision(PARSED, 0.7, 0.7, ["get_weather"]).execute  # execute iff p > tau
+    elsewhere = gate._decision(PARSED, 0.7, 0.5, ["add_date"])  # a demonstration's tool, not one the caller offered
+    assert elsewhere.call is None and not elsewhere.execute and elsewhere.arguments == {}
+    assert elsewhere.parse_error == "the reply calls 'get_weather', which is not among the tools offered (add_date)"
+
+
+def test_schema_tools_reach_an_ste_gate_in_its_text_form(fitted):
+    from mice_exp.data.schemas import ste_text, tool_schemas
+    from mice_exp.gate.chat import chat_example
+
+    text = chat_example(ask("q"), [WEATHER], 0, schemas=False).tools
+    assert text.startswith('API_name: get_weather\nDescription: {"description": "Forecast for a city."')
+    (back,) = tool_schemas(text, "x")
+    assert back["function"]["parameters"]["required"] == ["city"]
+    assert back["function"]["parameters"]["properties"]["days"] == {"type": "integer", "description": "", "default": 1}
+    run = fitted[3]
+    ste = {e.api: e for e in select_examples(run.cfg["dataset"], run.paths).examples}
+    for api in ("BART%%Advisory information", "Car database%%Makes"):  # RapidAPI's form: the text round-trips
+        (schema,) = ste[api].schemas
+        assert tool_schemas(ste_text(schema), api) == [schema]
+    assert json.loads(chat_example(ask("q"), [WEATHER], 0, schemas=True).tools) == [WEATHER]  # json_tools: as given
+
+
+@pytest.mark.parametrize("messages, tools, param, message", [
+    (ask("q"), None, "tools", "Missing required parameter: 'tools'"),
+    (ask("q"), [], "tools", "expected a non-empty list"),
+    (ask("q"), [{"name": "f"}], "tools[0]", 'expected {"type": "function"'),
+    (ask("q"), [{"type": "function", "function": {"name": " f"}}], "tools[0].function.name", "one-line string"),
+    (ask("q"), [WEATHER, WEATHER], "tools[1].function.name", "a second tool named 'get_weather'"),
+    (ask("q"), [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["x"]}}}],
+     "tools[0].function.parameters", "Invalid schema for function 'f': 'required' names 'x'"),
+    (ask("q"), [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}],
+     "tools[0].function.parameters", "not a JSON schema of type 'object'"),
+    (None, [WEATHER], "messages", "Missing required parameter: 'messages'"),
+    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], [WEATHER], "messages[1].role",
+     "expected the conversation to end with a user message"),
+    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], [WEATHER],
+     "messages[0].content", "text parts only"),
+    ([{"role": "robot", "content": "q"}], [WEATHER], "messages[0].role", "expected an object with a role"),
+    (ask("q"), [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "unit": {"type": "string", "enum": ["C", "F"]}}}}}], "tools",
+     "parameter 'unit' has 'enum', which STE's text form cannot show; the gate was trained on prompt=ste and needs "
+     "prompt=json_tools"),
+])
+def test_a_bad_chat_request_is_one_line_naming_its_param(messages, tools, param, message):
+    from mice_exp.gate import InvalidRequest
+    from mice_exp.gate.chat import chat_example
+
+    with pytest.raises(InvalidRequest, match=re.escape(message)) as info:
+        chat_example(messages, tools, 0, schemas=False)
+    assert info.value.param == param and info.value.status == 400 and "\n" not in str(info.value)
+
+
+def test_a_request_longer_than_the_context_window_is_refused_before_generating(fitted, tiny_llm):
+    from mice_exp.gate import InvalidRequest
+
+    gate = Gate.load(fitted[0], llm=tiny_llm)
+    with pytest.raises(InvalidRequest, match=r"has \d+ tokens without demonstrations; tiny_random's context window "
+                                             r"leaves 8186") as info:
+        gate.check(ask("weather " * 9000), [WEATHER])
+    assert info.value.code == "context_length_exceeded"
+    with pytest.raises(InvalidRequest, match=r"tau=1.5; expected a number in \[0, 1\]"):
+        gate.check(ask("q"), [WEATHER], tau=1.5)

@@ -80,6 +80,18 @@ def test_an_ste_api_becomes_a_function_schema():
     assert all([s["function"]["name"] for s in e.schemas] == list(e.tool_names) for e in load_ste(REAL_STE))
 
 
+@needs_real_ste
+def test_every_ste_tool_comes_back_from_its_schema_in_stes_text_form():
+    from mice_exp.data.schemas import ste_text, tool_schemas
+
+    examples = {e.api: e for e in load_ste(REAL_STE)}
+    for api, example in examples.items():
+        (schema,) = example.schemas
+        assert tool_schemas(ste_text(schema), api) == [schema], api
+    handwritten = [e for e in examples.values() if not e.tools.split("Description: ", 1)[1].startswith("{")]
+    assert len(handwritten) == 10 and all(ste_text(e.schemas[0]) == e.tools for e in handwritten)  # word for word
+
+
 def test_a_bfcl_function_gets_json_schema_types():
     examples = {e.id: e for e in load_bfcl(["simple_python"])}
     (distance,) = examples["bfcl/simple_python/83"].schemas

@@ -63,8 +63,23 @@ class SentenceEncoder:
         return np.concatenate(chunks) if chunks else np.zeros((0, dim), dtype=np.float32)
 
 
+class PoolEncoder:
+    """A :class:`SentenceEncoder` that keeps the vectors of a fixed pool of texts: a gate retrieves from the same
+    demonstration pool for every query, so the pool is encoded once, not once per query."""
+
+    def __init__(self, encoder: SentenceEncoder, pool: Sequence[str]) -> None:
+        self.encoder = encoder
+        texts = list(dict.fromkeys(pool))
+        self._kept = dict(zip(texts, encoder.encode(texts)))
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        fresh = [t for t in dict.fromkeys(texts) if t not in self._kept]
+        rows = self._kept | dict(zip(fresh, self.encoder.encode(fresh)))
+        return np.stack([rows[t] for t in texts]) if texts else self.encoder.encode([])
+
+
 def rank_demos(
-    examples: Sequence[Example], k: int, encoder: SentenceEncoder, pool: Sequence[Example] | None = None
+    examples: Sequence[Example], k: int, encoder: SentenceEncoder | PoolEncoder, pool: Sequence[Example] | None = None
 ) -> dict[str, list[str]]:
     """For each example, the ids of the ``k`` pool examples with the most similar queries.
 

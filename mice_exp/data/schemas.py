@@ -145,3 +145,44 @@ def json_schema(spec: Any) -> Any:
         else:
             out[key] = value
     return out
+
+
+#: What STE's RapidAPI form shows of a parameter (``title``, which pydantic adds, is dropped).
+RAPIDAPI_KEYS = frozenset({"type", "description", "default", "title"})
+_HANDWRITTEN = ("{description} {arguments} The Action to trigger this API should be {name} and the input parameters "
+                "should be a json dict string. Pay attention to the type of parameters.")
+
+
+def ste_text(schema: Schema) -> str:
+    """A function schema as one STE ``API_name: / Description:`` block, the inverse of :func:`ste_schema`: how a
+    gate trained under ``prompt.tools=text`` (``prompt=ste``) is shown a tool given as a schema. A tool whose
+    parameters are all required and typed only gets STE's hand-written form (STE's own such tools come back
+    word for word), any other RapidAPI's form. A parameter neither form can show (an ``enum``, nested
+    ``properties`` or ``items``, no single JSON type) is a UserError saying so, rather than a prompt that
+    silently drops it."""
+    function = schema["function"]
+    parameters = function.get("parameters") or {}
+    properties = parameters.get("properties") or {}
+    required = set(parameters.get("required") or [])
+    for name, prop in properties.items():
+        kind = prop.get("type", "string")
+        extra = sorted(set(prop) - RAPIDAPI_KEYS)
+        if extra or not isinstance(kind, str) or kind not in RAPIDAPI_TYPES:
+            what = f"{extra[0]!r}" if extra else f"type {kind!r}"
+            raise UserError(f"tool {function['name']!r}: parameter {name!r} has {what}, which STE's text form cannot "
+                            "show; the gate was trained on prompt=ste and needs prompt=json_tools for schema tools "
+                            "like this one")
+    description = function.get("description", "")
+    if set(properties) == required and all(set(p) == {"type"} for p in properties.values()):
+        arguments = "".join(f'"{name}" : {prop["type"]}, ' for name, prop in properties.items())
+        shown = _HANDWRITTEN.format(description=description.replace("{", "{{").replace("}", "}}"), name=function["name"],
+                                    arguments=f"Your input should be a json (args json schema): {{{{{arguments}}}}}"
+                                    if arguments else "")
+        return f"API_name: {function['name']}\nDescription: {shown}"
+    listed: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
+    for name, prop in properties.items():
+        listed[name in required].append({
+            "name": name, "type": prop.get("type", "string").upper(), "description": str(prop.get("description", "")),
+            "default": "" if prop.get("default") is None else prop["default"]})  # as STE's files write them
+    spec = {"description": description, "required_parameters": listed[True], "optional_parameters": listed[False]}
+    return f"API_name: {function['name']}\nDescription: {json.dumps(spec, ensure_ascii=False)}"

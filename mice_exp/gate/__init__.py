@@ -5,13 +5,17 @@ LLM's call, its calibrated probability of being correct, and execute / abstain a
 
     save_gate("gate/", cfg, fitted_estimator, fs.columns, demo_pool)     # after a holdout fit
     gate = Gate.load("gate/")                                           # or "runs:/<run id>/gate"
-    gate.decide([{"id": 1, "query": "...", "tools": "API_name: ...\\n..."}])
+    decision = gate.check(messages, tools)          # an OpenAI chat request -> Decision(call, probability, ...)
+    gate.decide([{"id": 1, "query": "...", "tools": "API_name: ...\\n..."}])   # the batch command's JSON answers
+
+``mice-exp serve`` puts it behind an OpenAI-compatible endpoint (:mod:`mice_exp.gate.serve`).
 
 Saved without pickle (JSON, text and skops); see :mod:`mice_exp.gate.artifact`.
 """
 
 from mice_exp.gate.artifact import GATE_VIEWS, TRUSTED_TYPES, load_estimator, read_spec, save_gate
 from mice_exp.gate.build import fit_gate, save_run_gate
+from mice_exp.gate.chat import Call, Decision, InvalidRequest
 from mice_exp.gate.command import gate as gate_command
 from mice_exp.gate.gate import Gate, check_pipeline
 from mice_exp.gate.queries import BadLine, parse_query, read_queries
@@ -21,7 +25,10 @@ __all__ = [
     "GATE_VIEWS",
     "TRUSTED_TYPES",
     "BadLine",
+    "Call",
+    "Decision",
     "Gate",
+    "InvalidRequest",
     "check_pipeline",
     "fetch",
     "fit_gate",

@@ -1,4 +1,5 @@
-"""``mice-exp gate model=PATH_OR_URI input=QUERIES.jsonl [output=ANSWERS.jsonl]``: answer a batch of queries.
+"""``mice-exp gate model=PATH_OR_URI input=QUERIES.jsonl [output=ANSWERS.jsonl]``: answer a batch of queries;
+``mice-exp serve model=PATH_OR_URI``: answer an OpenAI client (:mod:`mice_exp.gate.serve`).
 
 Prints one JSON answer per query on stdout (also written to ``output`` when given) and a short
 summary on stderr. Other ``key=value`` arguments are Hydra overrides of the project config:
@@ -13,9 +14,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from mice_exp.errors import UserError, fail
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mice_exp.gate.gate import Gate
 
 USAGE = ("usage: mice-exp gate model=GATE_FOLDER|runs:/<run id>/gate|models:/<name>/<version> "
          "input=QUERIES.jsonl|- [output=ANSWERS.jsonl] [device=cpu|cuda] [batch_size=N] "
@@ -37,51 +41,70 @@ def summarize(answers: Sequence[dict], seconds: float, tau: float, risk: str) ->
             f"{unparseable} calls unparseable)")
 
 
-def gate(argv: Sequence[str]) -> None:
-    from mice_exp.compose import as_plain, compose_config, wants_help
-
-    if wants_help(argv):
-        print(USAGE)
-        return
+def parse_options(argv: Sequence[str], keys: Sequence[str], required: Sequence[str],
+                  usage: str) -> tuple[dict[str, str], list[str], dict]:
+    """A gate command's own ``key=value`` options, its Hydra overrides and the config they compose (checked as
+    the main command checks it)."""
+    from mice_exp.compose import as_plain, compose_config
     from mice_exp.config import check_config
-    from mice_exp.gate.gate import Gate
-    from mice_exp.gate.queries import read_queries
     from mice_exp.llm.precision import resolve_dtype
-    from mice_exp.cache import write_text
-    from mice_exp.paths import paths_from, writable_file
 
     opts: dict[str, str] = {}
     overrides: list[str] = []
     for arg in argv:
         key, sep, value = arg.partition("=")
         if not sep or not key:
-            raise UserError(f"{arg!r} is not key=value; {USAGE}")
-        if key in GATE_KEYS:
+            raise UserError(f"{arg!r} is not key=value; {usage}")
+        if key in keys:
             opts[key] = value
         else:
             overrides.append(arg)
-    missing = [k for k in ("model", "input") if not opts.get(k)]
+    missing = [k for k in required if not opts.get(k)]
     if missing:
-        raise UserError(f"{' and '.join(missing)} missing; {USAGE}")
+        raise UserError(f"{' and '.join(missing)} missing; {usage}")
     if opts.get("batch_size") and not opts["batch_size"].isdigit():
         raise UserError(f"batch_size={opts['batch_size']!r}; expected a positive integer")
     cfg = as_plain(compose_config(overrides))
     check_config(cfg)  # the values a gate uses (risk, llm, features) fail as in the main command
     cfg["llm"]["dtype"] = resolve_dtype(cfg["llm"]["dtype"], cfg["llm"]["device"])  # as the run that saved it
+    return opts, overrides, cfg
+
+
+def load_gate(opts: dict[str, str], overrides: Sequence[str], cfg: dict) -> Gate:
+    """The gate ``model=`` names, refused if the overrides name another LLM or feature view; ``risk=`` decides
+    at that risk setting."""
+    from mice_exp.gate.gate import Gate
+    from mice_exp.paths import paths_from
+
     groups = {_group(o) for o in overrides}
     given = {o.split("=", 1)[0] for o in overrides}
     device = opts.get("device") or (cfg["llm"]["device"] if "llm.device" in given else None)
     batch = opts.get("batch_size") or (cfg["llm"]["batch_size"] if "llm.batch_size" in given else None)
     paths = paths_from(cfg["paths"])
-    items, places = read_queries(opts["input"])  # a missing file fails before anything loads
-    output = writable_file(opts["output"], Path.cwd(), "output", bool(cfg.get("force"))) if "output" in opts else None
-    start = time.perf_counter()
     loaded = Gate.load(opts["model"], expect=cfg, parts=[p for p in ("llm", "features") if p in groups],
                        device=device, batch_size=int(batch) if batch else None,
                        models=paths.models, tracking=cfg["tracking"], root=paths.root)
-    loaded_s = time.perf_counter() - start
     if "risk" in groups:
         loaded.set_risk(cfg["risk"])
+    return loaded
+
+
+def gate(argv: Sequence[str]) -> None:
+    from mice_exp.compose import wants_help
+
+    if wants_help(argv):
+        print(USAGE)
+        return
+    from mice_exp.cache import write_text
+    from mice_exp.gate.queries import read_queries
+    from mice_exp.paths import writable_file
+
+    opts, overrides, cfg = parse_options(argv, GATE_KEYS, ("model", "input"), USAGE)
+    items, places = read_queries(opts["input"])  # a missing file fails before anything loads
+    output = writable_file(opts["output"], Path.cwd(), "output", bool(cfg.get("force"))) if "output" in opts else None
+    start = time.perf_counter()
+    loaded = load_gate(opts, overrides, cfg)
+    loaded_s = time.perf_counter() - start
     print(f"gate: {loaded.describe()}", file=sys.stderr)
     answers = loaded.decide(items, places)
     lines = [json.dumps(a, ensure_ascii=False) for a in answers]
@@ -94,6 +117,44 @@ def gate(argv: Sequence[str]) -> None:
              "generation": loaded.timing.get("generate_s", 0.0),
              "features + estimator": loaded.timing.get("features_s", 0.0)}
     print("gate: time " + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()), file=sys.stderr)
+
+
+SERVE_USAGE = ("usage: mice-exp serve model=GATE_FOLDER|runs:/<run id>/gate|models:/<name>/<version> [port=8000] "
+               "[on_abstain=confirm|refuse|pass] [name=MODEL_NAME] [max_queue=64] [device=cpu|cuda] "
+               "[llm=... features=... risk=... tracking.uri=...]\n"
+               "serves the gate as an OpenAI-compatible POST /v1/chat/completions (with tools) and GET /v1/models "
+               "on 127.0.0.1")
+SERVE_KEYS = ("model", "port", "on_abstain", "name", "max_queue", "device", "batch_size")
+
+
+def serve(argv: Sequence[str]) -> None:
+    """``mice-exp serve model=...``: the gate as an OpenAI-compatible endpoint (:mod:`mice_exp.gate.serve`)."""
+    from mice_exp.compose import wants_help
+
+    if wants_help(argv):
+        print(SERVE_USAGE)
+        return
+    from mice_exp.gate.serve import check_on_abstain, open_server
+
+    opts, overrides, cfg = parse_options(argv, SERVE_KEYS, ("model",), SERVE_USAGE)
+    for key in ("port", "max_queue"):
+        if key in opts and not opts[key].isdigit():
+            raise UserError(f"{key}={opts[key]!r}; expected a non-negative integer")
+    on_abstain = check_on_abstain(opts.get("on_abstain", "confirm"))
+    loaded = load_gate(opts, overrides, cfg)  # a missing or untrusted gate is refused here, before the port opens
+    print(f"serve: {loaded.describe()}", file=sys.stderr)
+    start = time.perf_counter()
+    loaded.warm()
+    server = open_server(loaded, model=opts.get("name"), port=int(opts.get("port", 8000)), on_abstain=on_abstain,
+                         max_queue=max(1, int(opts.get("max_queue", 64))))
+    print(f"serve: {server.service.model} on {server.url} (on_abstain={on_abstain}; LLM loaded in "
+          f"{time.perf_counter() - start:.1f} s); Ctrl-C stops", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("serve: stopped", file=sys.stderr)
+    finally:
+        server.server_close()
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ minimum-Bayes-risk threshold of the saved risk setting (MICE Eq. 2).
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -34,12 +35,15 @@ from mice_exp.gate.artifact import (
     load_pool,
     read_spec,
 )
+from mice_exp.gate.chat import Call, Decision, InvalidRequest, Messages, chat_example, check_tau
 from mice_exp.gate.queries import parse_query, query_id
-from mice_exp.gate.registry import fetch, is_mlflow_uri
+from mice_exp.gate.registry import fetch, is_mlflow_uri, model_name
+from mice_exp.llm.prompt import PromptTooLong
 from mice_exp.llm.records import StageOutput
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mice_exp.llm.prompt import PromptBuilder
+    from mice_exp.data.records import Example
+    from mice_exp.llm.prompt import Prompt, PromptBuilder
 
 SPLIT = "gate"  # the split name of the gate's records (the feature view ignores it)
 
@@ -104,6 +108,7 @@ class Gate:
         self._builder = None
         self._encoder = None
         self._keep = keep  # the temporary download of an MLflow source lives as long as the gate
+        self._lock = threading.Lock()  # one generation at a time: check_batch may be called from many threads
         self.timing: dict[str, float] = {}
         if llm is not None:
             self._check_llm(llm)
@@ -154,6 +159,13 @@ class Gate:
     def columns(self) -> list[str]:
         return list(self.spec["columns"])
 
+    @property
+    def model_name(self) -> str:
+        """The gate's name (its default registered-model name): what ``mice-exp serve`` serves it as."""
+        s = self.spec
+        return model_name(s["llm"]["name"], s["features"].get("name", s["features"]["view"]),
+                          s["estimator"].get("key") or s["estimator"]["class"].rsplit(".", 1)[1])
+
     def set_risk(self, risk_cfg: Mapping[str, Any]) -> None:
         """Decide at another risk setting (a ``conf/risk`` entry); the probabilities do not change."""
         from mice_exp.gate.artifact import risk_entry
@@ -195,12 +207,21 @@ class Gate:
             self._builder = PromptBuilder.from_config(self.prompt_cfg, self.llm().tokenizer)
         return self._builder
 
+    def warm(self) -> None:
+        """Load the LLM, the prompt builder and the retrieval encoder now, not on the first check (a server pays
+        it at start-up, and a model that cannot load fails there)."""
+        self.builder()
+        if int(self.prompt_cfg["k_demos"]):
+            self.encoder()
+
     def encoder(self) -> Any:
+        """The retrieval encoder, holding the demonstration pool's vectors (encoded once, on first use)."""
         if self._encoder is None:
-            from mice_exp.data.retrieval import SentenceEncoder
+            from mice_exp.data.retrieval import PoolEncoder, SentenceEncoder
 
             retrieval = self.spec["retrieval"]
-            self._encoder = SentenceEncoder(retrieval.get("model"), device=retrieval.get("device", "cpu"))
+            encoder = SentenceEncoder(retrieval.get("model"), device=retrieval.get("device", "cpu"))
+            self._encoder = PoolEncoder(encoder, [e.query for e in self.pool])
         return self._encoder
 
     # ------------------------------------------------------------------ scoring
@@ -219,8 +240,6 @@ class Gate:
         (p > tau) or "abstain"; ``arguments`` maps each top-level argument to the product of its value
         tokens' probabilities ({} and ``arguments_error`` saying why for an unparseable call); a query
         that cannot be run gets ``error`` (and no decision) while the others still run."""
-        from mice_exp.data.retrieval import rank_demos
-
         start = time.perf_counter()
         answers: list[dict[str, Any] | None] = [None] * len(queries)
         ids = [query_id(q, i) for i, q in enumerate(queries)]
@@ -230,18 +249,9 @@ class Gate:
                 examples[i] = parse_query(item, i, places[i] if places else None)
             except UserError as error:
                 answers[i] = self._error(ids[i], str(error))
-        prompts = {}
-        if examples:
-            builder, k = self.builder(), int(self.prompt_cfg["k_demos"])
-            demos = (rank_demos(list(examples.values()), k, self.encoder(), pool=self.pool) if k
-                     else {e.id: [] for e in examples.values()})  # zero-shot
-            by_id = {e.id: e for e in self.pool}
-            budget = int(self.llm_cfg["context_window"]) - int(self.llm_cfg["max_new_tokens"])
-            for i, example in examples.items():
-                try:
-                    prompts[i] = builder.build(example, [by_id[d] for d in demos[example.id]], budget)
-                except UserError as error:
-                    answers[i] = self._error(ids[i], str(error).replace(example.id, f"query {ids[i]!r}"))
+        prompts, failed = self._prompts(examples)
+        for i, error in failed.items():
+            answers[i] = self._error(ids[i], str(error).replace(examples[i].id, f"query {ids[i]!r}"))
         self.timing = {"prepare_s": time.perf_counter() - start}
         if prompts:
             records, p = self._run(examples, prompts)
@@ -249,6 +259,61 @@ class Gate:
                 answers[i] = self._answer(ids[i], record, float(prob))
         self.timing["total_s"] = time.perf_counter() - start
         return answers  # type: ignore[return-value]
+
+    def check(self, messages: Messages, tools: Sequence[dict[str, Any]], *, tau: float | None = None) -> Decision:
+        """The gate's :class:`~mice_exp.gate.chat.Decision` on one OpenAI-style chat request: ``messages``
+        ending with the user's turn, ``tools`` as function schemas; ``tau`` decides at another threshold
+        than the saved risk's. Bad input is an :class:`~mice_exp.gate.chat.InvalidRequest`."""
+        return self.check_batch([(messages, tools)], tau=tau)[0]
+
+    def check_batch(self, requests: Sequence[tuple[Messages, Sequence[dict[str, Any]]]], *,
+                    tau: float | None = None) -> list[Decision]:
+        """:meth:`check` for many ``(messages, tools)`` pairs, generated in the LLM stage's batches; one bad
+        request refuses the batch (its error names it). One batch runs at a time (a lock around the LLM)."""
+        tau = self.tau if tau is None else check_tau(tau)
+        schemas = self.prompt_cfg.get("tools", "text") == "schemas"
+        examples = {}
+        for i, (messages, tools) in enumerate(requests):
+            try:
+                examples[i] = chat_example(messages, tools, i, schemas)
+            except InvalidRequest as error:
+                raise (error if len(requests) == 1 else
+                       InvalidRequest(f"request #{i}: {error}", error.param, error.code, error.status)) from None
+        with self._lock:
+            prompts, failed = self._prompts(examples)
+            for i, error in failed.items():
+                where = "" if len(requests) == 1 else f"request #{i}: "
+                if not isinstance(error, PromptTooLong):
+                    raise InvalidRequest(f"{where}{error}", param="tools")
+                raise InvalidRequest(f"{where}the gate's prompt for these messages and tools has {error.tokens} tokens "
+                                     f"without demonstrations; {self.spec['llm']['name']}'s context window leaves "
+                                     f"{error.budget} (llm.context_window minus llm.max_new_tokens); expected shorter "
+                                     "messages or fewer tools", param="messages", code="context_length_exceeded")
+            records, p = self._run(examples, prompts)
+        return [self._decision(record, float(prob), tau, examples[i].tool_names)
+                for i, record, prob in zip(sorted(prompts), records, p)]
+
+    def _prompts(self, examples: Mapping[int, Example]) -> tuple[dict[int, Prompt], dict[int, UserError]]:
+        """Each example's prompt with demonstrations retrieved from the saved pool, as the pipeline builds
+        it, and the examples that have none, with why (:class:`PromptTooLong`: it does not fit the context
+        window even without demonstrations; tools the prompt cannot show)."""
+        from mice_exp.data.retrieval import rank_demos
+
+        prompts: dict[int, Prompt] = {}
+        failed: dict[int, UserError] = {}
+        if not examples:
+            return prompts, failed
+        builder, k = self.builder(), int(self.prompt_cfg["k_demos"])
+        demos = (rank_demos(list(examples.values()), k, self.encoder(), pool=self.pool) if k
+                 else {e.id: [] for e in examples.values()})  # zero-shot
+        by_id = {e.id: e for e in self.pool}
+        budget = int(self.llm_cfg["context_window"]) - int(self.llm_cfg["max_new_tokens"])
+        for i, example in examples.items():
+            try:
+                prompts[i] = builder.build(example, [by_id[d] for d in demos[example.id]], budget)
+            except UserError as error:
+                failed[i] = error
+        return prompts, failed
 
     def _run(self, examples: dict[int, Any], prompts: dict[int, Any]) -> tuple[list[dict], np.ndarray]:
         """Generate with the LLM stage's own batch loop, build the feature rows, score them; rows in index order."""
@@ -276,6 +341,21 @@ class Gate:
         row = {r["id"]: n for n, r in enumerate(records)}
         keep = [row[examples[i].id] for i in sorted(prompts)]
         return [records[n] for n in keep], p[keep]
+
+    def _decision(self, record: Mapping[str, Any], p: float, tau: float, tools: Sequence[str]) -> Decision:
+        """The decision on a record; a call to a tool the request did not offer (the prompt also shows the
+        demonstrations' tools) is no call: nothing the caller could run."""
+        from mice_exp.features.arguments import answer_arguments
+
+        call, why = None, record["parse_error"]
+        if record["pred_args"] is not None and record["pred_api"] not in tools:
+            why = f"the reply calls {record['pred_api']!r}, which is not among the tools offered ({', '.join(tools)})"
+        elif record["pred_args"] is not None:
+            call = Call(record["pred_api"], record["pred_args"])
+        return Decision(call=call, probability=p,
+                        arguments=answer_arguments(record, self.builder().fmt)[0] if call else {},
+                        execute=call is not None and p > tau, tau=tau, text=record["text"], parse_error=why,
+                        prompt_tokens=int(record["prompt_tokens"]), completion_tokens=len(record["token_ids"]))
 
     def _answer(self, qid: Any, record: Mapping[str, Any], p: float) -> dict[str, Any]:
         from mice_exp.features.arguments import answer_arguments

@@ -32,6 +32,15 @@ PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_7f3a", "descr
                                                "parameters": {"type": "object", "properties": {}}}}
 
 
+class PromptTooLong(UserError):
+    """A prompt that does not fit the context window even without demonstrations (the gate's server answers
+    it as OpenAI's ``context_length_exceeded``)."""
+
+    def __init__(self, message: str, tokens: int, budget: int) -> None:
+        super().__init__(message)
+        self.tokens, self.budget = tokens, budget
+
+
 @dataclass(frozen=True)
 class Prompt:
     """Token ids of one prompt and how many demonstrations had to be dropped to fit."""
@@ -167,6 +176,7 @@ class PromptBuilder:
                 break
             kept.pop()
         if len(ids) > budget:
-            raise UserError(f"example {example.id}: the prompt without demonstrations has {len(ids)} tokens, "
-                            f"more than the {budget} the context window leaves; expected a larger llm.context_window")
+            raise PromptTooLong(f"example {example.id}: the prompt without demonstrations has {len(ids)} tokens, "
+                                f"more than the {budget} the context window leaves; expected a larger "
+                                "llm.context_window", len(ids), budget)
         return Prompt(ids=ids, n_demos=len(kept), dropped=len(demos) - len(kept))
