@@ -16,7 +16,7 @@ import atexit
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
@@ -36,11 +36,13 @@ class VLLMEngine:
 
     engine: Any
     lens: LLM
-    storage: Path
     name: str
-    eos: list[int] = field(default_factory=list)
     backend: ClassVar[str] = "vllm"
     internals: ClassVar[bool] = True
+
+    @property
+    def eos(self) -> list[int]:
+        return self.lens.eos_ids()
 
     @property
     def tokenizer(self) -> Any:
@@ -114,4 +116,4 @@ def load(cfg: Mapping[str, Any], models_cache: Path) -> VLLMEngine:
         kv_transfer_config={**connector, "kv_role": "kv_producer",
                             "kv_connector_extra_config": {"shared_storage_path": str(storage)}},
     )
-    return VLLMEngine(engine=engine, lens=lens, storage=storage, name=cfg["name"], eos=lens.eos_ids())
+    return VLLMEngine(engine=engine, lens=lens, name=cfg["name"])
