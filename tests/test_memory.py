@@ -69,13 +69,42 @@ def test_generation_is_bit_for_bit_the_same_with_freed_memory_kept():
     assert run(GENERATE, "keep") == run(GENERATE, "default")
 
 
-def test_a_models_activations_fault_in_far_fewer_pages_with_freed_memory_kept():
+HEAP = textwrap.dedent("""
+    import ctypes, sys, torch
+    from mice_exp.llm.memory import keep_freed_memory
+    class Mallinfo2(ctypes.Structure):  # glibc >= 2.33
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                         "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    mallinfo2 = ctypes.CDLL(None).mallinfo2
+    mallinfo2.restype = Mallinfo2
+    if sys.argv[1] == "keep":
+        keep_freed_memory()
+    before = mallinfo2()
+    x = torch.empty(12 << 20, dtype=torch.uint8)  # an activation's size: past glibc's default mmap threshold
+    alive = mallinfo2()
+    del x
+    freed = mallinfo2()
+    print(alive.hblkhd - before.hblkhd, alive.arena - before.arena, freed.fordblks - before.fordblks)
+""")
+
+
+def test_a_large_tensor_lives_on_the_heap_and_its_memory_stays_there_when_freed():
+    """By default glibc maps a 12 MB block of its own and unmaps it on free; kept, the block comes from the
+    heap and, freed, stays in it for the next op (read from glibc's own books, so it holds on any kernel)."""
+    mb = 1 << 20  # the heap grows by a little less than the block where free memory was already at its top
+    mapped, heap, free_in_heap = map(int, run(HEAP, "default").split())
+    assert mapped >= 12 * mb and heap < mb and free_in_heap < mb
+    mapped, heap, free_in_heap = map(int, run(HEAP, "keep").split())
+    assert mapped == 0 and heap > 11 * mb and free_in_heap > 11 * mb
+
+
+def test_a_models_activations_fault_in_fewer_pages_with_freed_memory_kept():
     """Ten MLP layers after a first one: glibc's default maps (and faults in) fresh pages for every large
-    output (~100,000 faults here); kept on the heap, freed blocks are reused (~18,000). Not zero: torch
-    allocates with posix_memalign, whose slack can leave a freed block a few bytes short of the next
-    request of the same size. Where the kernel hands out transparent huge pages to every mapping, both
-    counts shrink (~31,000 by default) but the ratio holds. (numpy arrays would hide all this: numpy asks
-    for huge pages.)"""
+    output; kept on the heap, freed blocks are reused. How many faults go depends on the kernel: ~100,000
+    against ~18,000 on one machine of this kind (transparent huge pages on madvise), 20,640 against 12,014
+    on another (CI, 2026-11-25). Never all: torch allocates with posix_memalign, whose slack can leave a
+    freed block a few bytes short of the next request of the same size. (numpy arrays would hide all this:
+    numpy asks for huge pages.)"""
     default, kept = int(run(FAULTS, "default")), int(run(FAULTS, "keep"))
     assert default > 5_000  # the pattern does allocate past glibc's mmap threshold
-    assert kept < default / 3
+    assert kept < 0.8 * default
