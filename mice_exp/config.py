@@ -53,7 +53,9 @@ DEMO_POOL: Rule = (lambda v: v in DEMO_POOLS, f"one of {', '.join(DEMO_POOLS)}")
 CALL_FORMATS = ("react", "json", "tool_call")  # llm.toolcall.FORMATS, for the same reason
 CALL_FORMAT: Rule = (lambda v: v in CALL_FORMATS, f"one of {', '.join(CALL_FORMATS)}")
 TOOL_MODES = ("text", "schemas")  # llm.prompt.TOOL_MODES
+DEMO_TOOLS = ("pooled", "per_demo")  # llm.prompt.DEMO_TOOLS
 TOOL_MODE: Rule = (lambda v: v in TOOL_MODES, f"one of {', '.join(TOOL_MODES)}")
+DEMO_TOOLS_RULE: Rule = (lambda v: v in DEMO_TOOLS, f"one of {', '.join(DEMO_TOOLS)}")
 SPLITS: Rule = (lambda v: v is None or (isinstance(v, list) and bool(v) and set(v) <= set(SPLIT_NAMES)),
                 f"null or a non-empty list of {', '.join(SPLIT_NAMES)}")
 BFCL_CATEGORIES = ("simple_python", "multiple", "live_simple", "live_multiple",  # data.bfcl.CATEGORIES
@@ -79,6 +81,7 @@ RULES: dict[str, Rule] = {
     "prompt.demo_pool": DEMO_POOL,
     "prompt.format": CALL_FORMAT,
     "prompt.tools": TOOL_MODE,
+    "prompt.demo_tools": DEMO_TOOLS_RULE,
     "prompt.no_call_note": OPTIONAL_TEXT,
     "dataset.seed": INTEGER,
     "dataset.categories": CATEGORIES,

@@ -7,6 +7,7 @@ under ``prompt=json_tools``; and ``prompt=ste`` keeping its keys.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -272,6 +273,28 @@ def test_a_template_that_renders_tools_gets_them_as_tools(tokenizer):
     for schema in query.schemas + demos[0].schemas:
         assert text.count(json.dumps(schema)) == 1  # the template's own tojson, once
     assert "<tools>" in text and "# Tools\n<tools>" in text and "<function name>" not in text
+
+
+def test_per_demo_tools_offer_the_query_its_own_tools_alone(tokenizer):
+    """prompt.demo_tools=per_demo: the instructions list the query's tools only, each demonstration's turn its
+    own; an irrelevance-style demonstration (no call) shows the tools it turned down."""
+    query = tool("forecast", city="Oslo")
+    declined = dataclasses.replace(tool("convert", unit="km"), demo=NO_CALL_DEMO)
+    for prompt in ("json_tools", "ste"):
+        cfg = tiny_cfg(f"prompt={prompt}", "prompt.demo_tools=per_demo")
+        builder = PromptBuilder.from_config(cfg["prompt"], tokenizer)
+        messages = builder.messages(query, [declined])
+        convert = json.dumps(declined.schemas[0]) if prompt == "json_tools" else declined.tools
+        assert "forecast" in messages[0]["content"] and "convert" not in messages[0]["content"]
+        assert messages[1]["content"] == f"Tools for this query:\n{convert}\n\nUser Query: please convert"
+        assert messages[2]["content"] == NO_CALL_DEMO and messages[3]["content"] == "User Query: please forecast"
+        assert "convert" not in builder.head(query, [declined]) and builder.tools(query, [declined]) == query.schemas
+    pooled = PromptBuilder.from_config(tiny_cfg("prompt=json_tools")["prompt"], tokenizer)
+    assert "convert" in pooled.messages(query, [declined])[0]["content"]  # the default lists both
+    with pytest.raises(UserError, match=r"prompt\.demo_tools='mixed'; expected one of pooled, per_demo"):
+        check_values(tiny_cfg("prompt.demo_tools=mixed"))
+    per_demo, pooled_key = (prompt_key(tiny_cfg(*o)["prompt"]) for o in (["prompt.demo_tools=per_demo"], []))
+    assert per_demo["demo_tools"] == "per_demo" and "demo_tools" not in pooled_key  # every older key kept
 
 
 # --- the LLM stage, the gate, records files ---------------------------------------------

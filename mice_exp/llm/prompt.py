@@ -12,6 +12,11 @@ relevance categories) adds the offer to answer without a call to the system text
 them (:func:`renders_tools`), else written into the system turn by the template's ``{tools}`` (one JSON
 schema per line) and ``{call_example}`` (how a call is written in the reply format). ``prompt.format`` is
 the reply format (:mod:`mice_exp.llm.toolcall`); demonstrations are written in it.
+
+``prompt.demo_tools`` says where the demonstrations' tools are shown: ``pooled`` (STE's prompt), with the
+query's in the instructions; ``per_demo``, each in its own demonstration's turn, so the instructions offer
+the query's tools alone. Where "no tool fits" is a right answer (BFCL's irrelevance categories) a pooled
+list can offer a demonstration's tool that fits the query.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from mice_exp.llm.toolcall import CallFormat, call_format
 
 #: ``prompt.tools``: the data set's own tool text, or JSON schemas.
 TOOL_MODES = ("text", "schemas")
+#: ``prompt.demo_tools``: the demonstrations' tools listed with the query's, or each in its demonstration's turn.
+DEMO_TOOLS = ("pooled", "per_demo")
 #: The tool a template is rendered with to see whether it shows tools (:func:`renders_tools`).
 PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_7f3a", "description": "A probe.",
                                                "parameters": {"type": "object", "properties": {}}}}
@@ -110,21 +117,25 @@ class PromptBuilder:
     fmt: CallFormat  # the reply format: parser, stopping rule, how demonstrations are written
     schemas: bool  # tools as JSON schemas (prompt.tools=schemas), else the data set's own text
     native: bool  # the chat template renders the schemas itself (tools=)
+    per_demo: bool = False  # each demonstration's tools in its own turn (prompt.demo_tools=per_demo)
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], tokenizer: Any) -> PromptBuilder:
-        tools = cfg.get("tools", "text")
+        tools, demo_tools = cfg.get("tools", "text"), cfg.get("demo_tools", "pooled")
         if tools not in TOOL_MODES:
             raise UserError(f"prompt.tools={tools!r}; expected one of {', '.join(TOOL_MODES)}")
+        if demo_tools not in DEMO_TOOLS:
+            raise UserError(f"prompt.demo_tools={demo_tools!r}; expected one of {', '.join(DEMO_TOOLS)}")
         chat = bool(cfg.get("chat_template", True)) and bool(getattr(tokenizer, "chat_template", None))
         schemas = tools == "schemas"
         return cls(tokenizer=tokenizer, template=load_template(cfg["template"]), system=system_prompt(cfg), chat=chat,
-                   fmt=call_format(cfg), schemas=schemas, native=schemas and chat and renders_tools(tokenizer))
+                   fmt=call_format(cfg), schemas=schemas, native=schemas and chat and renders_tools(tokenizer),
+                   per_demo=demo_tools == "per_demo")
 
     def tools(self, example: Any, demos: Sequence[Any]) -> list[Schema]:
-        """The schemas of the example's and the demonstrations' tools, each name once, the example's first."""
+        """The schemas the instructions offer: the example's, then (pooled) the demonstrations' not yet named."""
         first: dict[str, Schema] = {}
-        for e in [example, *demos]:
+        for e in [example] if self.per_demo else [example, *demos]:
             for schema in e.schemas:
                 first.setdefault(schema["function"]["name"], schema)
         return list(first.values())
@@ -132,10 +143,17 @@ class PromptBuilder:
     def head(self, example: Any, demos: Sequence[Any]) -> str:
         """The instructions with the tools, as the system turn shows them after the system text."""
         if not self.schemas:
-            return render_head(example, demos, self.template)
+            return render_head(example, [] if self.per_demo else demos, self.template)
         schemas = "\n".join(json.dumps(s, ensure_ascii=False) for s in self.tools(example, demos))
         return self.template.format(tools=schemas,
                                     call_example=self.fmt.write("<function name>", {"<argument name>": "<value>"}))
+
+    def demo_query(self, demo: Any) -> str:
+        """A demonstration's user turn: its query, after its own tools when they are not in the instructions."""
+        if not self.per_demo:
+            return f"User Query: {demo.query}"
+        tools = "\n".join(json.dumps(s, ensure_ascii=False) for s in demo.schemas) if self.schemas else demo.tools
+        return f"Tools for this query:\n{tools}\n\nUser Query: {demo.query}"
 
     def messages(self, example: Any, demos: Sequence[Any], note: str = "") -> list[dict[str, str]]:
         """Instructions as the system turn (the system text alone where the chat template renders the tools),
@@ -146,13 +164,13 @@ class PromptBuilder:
         system = self.system if self.native else f"{self.system}\n\n{self.head(example, demos)}"
         messages = [{"role": "system", "content": system}]
         for demo in reversed(demos):
-            messages += [{"role": "user", "content": f"User Query: {demo.query}"},
+            messages += [{"role": "user", "content": self.demo_query(demo)},
                          {"role": "assistant", "content": self.fmt.demonstration(demo.demo)}]
         return messages + [{"role": "user", "content": query_turn(example, note)}]
 
     def text(self, example: Any, demos: Sequence[Any], note: str = "") -> str:
         """The same prompt for a base model: one text that the model continues with its call."""
-        shots = "".join(f"User Query: {d.query}\n{self.fmt.demonstration(d.demo)}\n\n" for d in reversed(demos))
+        shots = "".join(f"{self.demo_query(d)}\n{self.fmt.demonstration(d.demo)}\n\n" for d in reversed(demos))
         return f"{self.system}\n\n{self.head(example, demos)}\n\n{shots}{query_turn(example, note)}\n"
 
     def render(self, messages: list[dict[str, str]], example: Any, demos: Sequence[Any]) -> list[int]:

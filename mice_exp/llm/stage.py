@@ -72,8 +72,9 @@ def backend_key(llm: Mapping[str, Any]) -> dict[str, Any]:
     return {"backend": name} | ({"model": llm.get("model")} if name == "openai" else {})
 
 
-#: The tool and reply formats every record had before ``prompt=json_tools`` existed (STE's text and ReAct).
-FORMAT_DEFAULTS = {"tools": "text", "format": REACT.name}
+#: The tool and reply formats every record had before ``prompt=json_tools`` existed (STE's text and ReAct,
+#: the demonstrations' tools pooled with the query's).
+FORMAT_DEFAULTS = {"tools": "text", "format": REACT.name, "demo_tools": "pooled"}
 #: Prompt settings whose value every record had before the setting existed: left out of the keys at that
 #: value, so those caches and records files keep their keys (``demo_pool=all``: before the pool existed).
 PROMPT_DEFAULTS = {"demo_pool": "all", "no_call_note": None} | FORMAT_DEFAULTS
