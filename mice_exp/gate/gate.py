@@ -304,7 +304,8 @@ class Gate:
         if not examples:
             return prompts, failed
         builder, k = self.builder(), int(self.prompt_cfg["k_demos"])
-        demos = (rank_demos(list(examples.values()), k, self.encoder(), pool=self.pool) if k
+        demos = (rank_demos(list(examples.values()), k, self.encoder(), pool=self.pool,
+                            mix=self.prompt_cfg.get("demo_mix", "similar")) if k
                  else {e.id: [] for e in examples.values()})  # zero-shot
         by_id = {e.id: e for e in self.pool}
         budget = int(self.llm_cfg["context_window"]) - int(self.llm_cfg["max_new_tokens"])

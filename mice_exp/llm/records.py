@@ -146,12 +146,13 @@ def read_records_header(path: Path) -> dict[str, Any]:
 
 def made_with(header: Mapping[str, Any]) -> dict[str, Any]:
     """What a records file's header says produced it: the LLM, the demonstration pool, the reply format and
-    where the demonstrations' tools are shown (a header from before ``prompt.demo_pool`` / ``prompt.format`` /
-    ``prompt.demo_tools`` existed: ``all`` / ``react`` / ``pooled``, the only ones there were; the stage key
-    leaves those values out)."""
+    where the demonstrations' tools are shown and how they are mixed (a header from before ``prompt.demo_pool``
+    / ``prompt.format`` / ``prompt.demo_tools`` / ``prompt.demo_mix`` existed: ``all`` / ``react`` / ``pooled`` /
+    ``similar``, the only ones there were; the stage key leaves those values out)."""
     prompt = (header.get("stage_key") or {}).get("prompt") or {}
     return {"llm": header.get("llm"), "demo_pool": prompt.get("demo_pool", "all"),
-            "format": prompt.get("format", REACT.name), "demo_tools": prompt.get("demo_tools", "pooled")}
+            "format": prompt.get("format", REACT.name), "demo_tools": prompt.get("demo_tools", "pooled"),
+            "demo_mix": prompt.get("demo_mix", "similar")}
 
 
 def _check_values(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
@@ -176,7 +177,8 @@ def _check_values(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
 def records_expect(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """What a run's config says must have produced the records file it reads (:func:`made_with`)."""
     return {"llm": cfg["llm"]["name"], "demo_pool": cfg["prompt"].get("demo_pool", "all"),
-            "format": cfg["prompt"].get("format", REACT.name), "demo_tools": cfg["prompt"].get("demo_tools", "pooled")}
+            "format": cfg["prompt"].get("format", REACT.name), "demo_tools": cfg["prompt"].get("demo_tools", "pooled"),
+            "demo_mix": cfg["prompt"].get("demo_mix", "similar")}
 
 
 def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[str] = (),

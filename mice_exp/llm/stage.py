@@ -72,9 +72,10 @@ def backend_key(llm: Mapping[str, Any]) -> dict[str, Any]:
     return {"backend": name} | ({"model": llm.get("model")} if name == "openai" else {})
 
 
-#: The tool and reply formats every record had before ``prompt=json_tools`` existed (STE's text and ReAct,
-#: the demonstrations' tools pooled with the query's).
-FORMAT_DEFAULTS = {"tools": "text", "format": REACT.name, "demo_tools": "pooled"}
+#: Prompt settings added after the replay key existed, at the value every record had before them (STE's
+#: text and ReAct before ``prompt=json_tools``; the demonstrations' tools pooled with the query's, the most
+#: similar demonstrations).
+FORMAT_DEFAULTS = {"tools": "text", "format": REACT.name, "demo_tools": "pooled", "demo_mix": "similar"}
 #: Prompt settings whose value every record had before the setting existed: left out of the keys at that
 #: value, so those caches and records files keep their keys (``demo_pool=all``: before the pool existed).
 PROMPT_DEFAULTS = {"demo_pool": "all", "no_call_note": None} | FORMAT_DEFAULTS
@@ -173,7 +174,7 @@ def retrieved_demos(out: Path, cfg: Mapping[str, Any], selection: Selection) -> 
                          "(e.g. %s); their calls' demonstrations include other APIs' training calls", len(short),
                          len({e.api for e in selection.examples}), k + 1, short[0])
         encoder = SentenceEncoder(cfg["retrieval"]["model"], device=cfg["retrieval"].get("device", "cpu"))
-        demos = rank_demos(selection.examples, k, encoder, pool=pool)
+        demos = rank_demos(selection.examples, k, encoder, pool=pool, mix=cfg["prompt"].get("demo_mix", "similar"))
         write_json(out / "demos.json", demos)
     return demos
 
