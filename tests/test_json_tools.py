@@ -276,8 +276,8 @@ def test_a_template_that_renders_tools_gets_them_as_tools(tokenizer):
 
 
 def test_per_demo_tools_offer_the_query_its_own_tools_alone(tokenizer):
-    """prompt.demo_tools=per_demo: the instructions list the query's tools only, each demonstration's turn its
-    own; an irrelevance-style demonstration (no call) shows the tools it turned down."""
+    """prompt.demo_tools=per_demo: the instructions list the query's tools only, each turn its own; an
+    irrelevance-style demonstration (no call) shows the tools it turned down."""
     query = tool("forecast", city="Oslo")
     declined = dataclasses.replace(tool("convert", unit="km"), demo=NO_CALL_DEMO)
     for prompt in ("json_tools", "ste"):
@@ -287,7 +287,9 @@ def test_per_demo_tools_offer_the_query_its_own_tools_alone(tokenizer):
         convert = json.dumps(declined.schemas[0]) if prompt == "json_tools" else declined.tools
         assert "forecast" in messages[0]["content"] and "convert" not in messages[0]["content"]
         assert messages[1]["content"] == f"Tools for this query:\n{convert}\n\nUser Query: please convert"
-        assert messages[2]["content"] == NO_CALL_DEMO and messages[3]["content"] == "User Query: please forecast"
+        forecast = json.dumps(query.schemas[0]) if prompt == "json_tools" else query.tools
+        assert messages[2]["content"] == NO_CALL_DEMO
+        assert messages[3]["content"] == f"Tools for this query:\n{forecast}\n\nUser Query: please forecast"
         assert "convert" not in builder.head(query, [declined]) and builder.tools(query, [declined]) == query.schemas
     pooled = PromptBuilder.from_config(tiny_cfg("prompt=json_tools")["prompt"], tokenizer)
     assert "convert" in pooled.messages(query, [declined])[0]["content"]  # the default lists both

@@ -14,8 +14,8 @@ schema per line) and ``{call_example}`` (how a call is written in the reply form
 the reply format (:mod:`mice_exp.llm.toolcall`); demonstrations are written in it.
 
 ``prompt.demo_tools`` says where the demonstrations' tools are shown: ``pooled`` (STE's prompt), with the
-query's in the instructions; ``per_demo``, each in its own demonstration's turn, so the instructions offer
-the query's tools alone. Where "no tool fits" is a right answer (BFCL's irrelevance categories) a pooled
+query's in the instructions; ``per_demo``, each in its own demonstration's turn (and the query's in its
+turn too, as well as in the instructions), so the instructions offer the query's tools alone. Where "no tool fits" is a right answer (BFCL's irrelevance categories) a pooled
 list can offer a demonstration's tool that fits the query.
 """
 
@@ -148,12 +148,13 @@ class PromptBuilder:
         return self.template.format(tools=schemas,
                                     call_example=self.fmt.write("<function name>", {"<argument name>": "<value>"}))
 
-    def demo_query(self, demo: Any) -> str:
-        """A demonstration's user turn: its query, after its own tools when they are not in the instructions."""
+    def user_turn(self, example: Any, note: str = "") -> str:
+        """A user turn: the query (:func:`query_turn`), after its own tools under ``per_demo``, where every
+        turn, the demonstrations' and the query's, shows the tools it may call."""
         if not self.per_demo:
-            return f"User Query: {demo.query}"
-        tools = "\n".join(json.dumps(s, ensure_ascii=False) for s in demo.schemas) if self.schemas else demo.tools
-        return f"Tools for this query:\n{tools}\n\nUser Query: {demo.query}"
+            return query_turn(example, note)
+        tools = "\n".join(json.dumps(s, ensure_ascii=False) for s in example.schemas) if self.schemas else example.tools
+        return f"Tools for this query:\n{tools}\n\n{query_turn(example, note)}"
 
     def messages(self, example: Any, demos: Sequence[Any], note: str = "") -> list[dict[str, str]]:
         """Instructions as the system turn (the system text alone where the chat template renders the tools),
@@ -164,14 +165,14 @@ class PromptBuilder:
         system = self.system if self.native else f"{self.system}\n\n{self.head(example, demos)}"
         messages = [{"role": "system", "content": system}]
         for demo in reversed(demos):
-            messages += [{"role": "user", "content": self.demo_query(demo)},
+            messages += [{"role": "user", "content": self.user_turn(demo)},
                          {"role": "assistant", "content": self.fmt.demonstration(demo.demo)}]
-        return messages + [{"role": "user", "content": query_turn(example, note)}]
+        return messages + [{"role": "user", "content": self.user_turn(example, note)}]
 
     def text(self, example: Any, demos: Sequence[Any], note: str = "") -> str:
         """The same prompt for a base model: one text that the model continues with its call."""
-        shots = "".join(f"{self.demo_query(d)}\n{self.fmt.demonstration(d.demo)}\n\n" for d in reversed(demos))
-        return f"{self.system}\n\n{self.head(example, demos)}\n\n{shots}{query_turn(example, note)}\n"
+        shots = "".join(f"{self.user_turn(d)}\n{self.fmt.demonstration(d.demo)}\n\n" for d in reversed(demos))
+        return f"{self.system}\n\n{self.head(example, demos)}\n\n{shots}{self.user_turn(example, note)}\n"
 
     def render(self, messages: list[dict[str, str]], example: Any, demos: Sequence[Any]) -> list[int]:
         """Chat ``messages`` about ``example`` as token ids, ending with the assistant's turn opened."""
