@@ -41,11 +41,23 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: The mode a plain ``open`` gives a new file (mkstemp's 0600 would keep a published records file from
+#: everyone but its writer).
+FILE_MODE = 0o666 & ~_umask()
+
+
 def write_atomic(path: Path, write: Callable[[Any], None]) -> None:
     """Write through a temp file in the same folder, then rename: readers never see a partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()

@@ -148,3 +148,13 @@ def test_a_run_killed_mid_stage_resumes_to_the_records_of_an_uninterrupted_one(t
     assert read_stage(partial).records == read_stage(uninterrupted).records
     for name in ("mean_pool", "last_token", "first_token"):
         np.testing.assert_array_equal(read_stage(partial).arrays(name), read_stage(uninterrupted).arrays(name))
+
+
+def test_a_written_file_gets_the_mode_a_plain_open_gives_it(tmp_path):
+    """Files written atomically (records, caches, gates) are readable by whoever may read a plain file here,
+    not only their writer (mkstemp's 0600)."""
+    from mice_exp.cache import write_text
+
+    write_text(tmp_path / "written.txt", "x")
+    (tmp_path / "plain.txt").write_text("x")
+    assert (tmp_path / "written.txt").stat().st_mode == (tmp_path / "plain.txt").stat().st_mode
