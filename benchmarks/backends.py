@@ -27,32 +27,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
-import psutil
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cputime import cpu_seconds  # noqa: E402  (benchmarks/, the script's own folder)
 from mice_exp.llm import capture  # noqa: E402
 from mice_exp.llm.backends.local_server import vllm_server  # noqa: E402
 from mice_exp.llm.model import load_llm, model_folder  # noqa: E402
 from mice_exp.llm.toolcall import REACT  # noqa: E402
 
 clock = time.perf_counter
-
-
-def cpu_seconds(extra: Sequence[int] = ()) -> float:
-    """User + system CPU seconds of this process, its live children and the processes ``extra``."""
-    procs = [psutil.Process(), *psutil.Process().children(recursive=True)]
-    procs += [p for pid in extra for p in (psutil.Process(pid), *psutil.Process(pid).children(recursive=True))]
-    total = 0.0
-    for proc in procs:
-        try:
-            times = proc.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 @contextmanager

@@ -28,9 +28,9 @@ from pathlib import Path
 import joblib
 import numpy as np
 import pandas as pd
-import psutil
 from scipy.special import expit
 
+from cputime import cpu_seconds  # benchmarks/, the script's own folder
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.estimation import Study
 from mice_exp.features import FeatureSet
@@ -66,20 +66,6 @@ def synthetic_ste(seed: int = 0) -> FeatureSet:
     columns = [f"bertscore_L{i}" for i in range(1, N_LAYERS)] + ["confidence"]
     return FeatureSet(ids=[f"ex{i}" for i in range(n)], apis=np.array([f"api{a}" for a in api]), splits=split,
                       labels=labels, confidence=confidence, X=X, columns=columns, layer_scores=scores)
-
-
-def cpu_seconds() -> float:
-    """User + system CPU of this process, of its live children (the joblib workers) and of reaped ones."""
-    me = psutil.Process()
-    own = me.cpu_times()
-    total = own.user + own.system + own.children_user + own.children_system
-    for child in me.children(recursive=True):
-        try:
-            times = child.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def timed(label: str, **kwargs) -> tuple[pd.DataFrame, float, float]:
