@@ -50,14 +50,18 @@ REASON = no_slurm()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no Slurm: {REASON}")
 
 
+def tiny_args(tmp: Path) -> list[str]:
+    """The tiny_random run every job of these tests makes (its cache under ``tmp``)."""
+    return ["llm=tiny_random", f"dataset.path={FIXTURE}", "llm.batch_size=3", "llm.max_new_tokens=6",
+            "prompt.k_demos=2", f"paths.cache={cache_sharing_models(tmp / 'cache')}", "permutations=20",
+            f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}"]
+
+
 def sweep_args(tmp: Path, sweep: Path, *extra: str) -> list[str]:
     """A tiny_random sweep through hydra/launcher=slurm: 1 CPU and 2 GB per task, polled every second."""
-    cache = cache_sharing_models(tmp / "cache")
     return ["-m", "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2",
             "hydra.launcher.timeout_min=15", "hydra.launcher.poll_s=1", f"hydra.sweep.dir={sweep}",
-            "llm=tiny_random", f"dataset.path={FIXTURE}", "llm.batch_size=3", "llm.max_new_tokens=6",
-            "prompt.k_demos=2", f"paths.cache={cache}", "permutations=20",
-            f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}", "estimator=mice_lr,mice_rf", *extra]
+            *tiny_args(tmp), "estimator=mice_lr,mice_rf", *extra]
 
 
 def env() -> dict[str, str]:
@@ -118,6 +122,28 @@ def test_a_sweep_runs_as_one_array_on_slurm(tmp_path):
     assert {r.data.tags["sweep"] for r in runs} == {str(sweep)}
     assert len(list((tmp_path / "cache" / "llm").glob("*/done.json"))) == 1  # the LLM stage, computed once
     assert sum("computing the LLM stage" in p.read_text() for p in sweep.glob("*/*.log")) == 1
+
+
+def test_one_llm_stage_sharded_over_an_array_gives_one_workers_records(tmp_path):
+    """llm.shards=2 'llm.shard=range(2)': each array task runs one worker's batches into one stage folder
+    (one thread each, as the reference), which ends whole, with one worker's records."""
+    from mice_exp.llm.records import read_stage
+
+    sharded = tmp_path / "sharded"
+    args = ["-m", "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2",
+            "hydra.launcher.timeout_min=15", "hydra.launcher.poll_s=1", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            *tiny_args(sharded), "stage=llm", "llm.shards=2", "llm.shard=range(2)"]
+    done = mice_exp(args)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    tasks = sacct(array_id(output))
+    assert len(tasks) == 2 and {state for _, state in tasks.values()} == {"COMPLETED"}, tasks
+    one = mice_exp([*tiny_args(tmp_path / "one"), "stage=llm"])
+    assert one.returncode == 0, (one.stdout + one.stderr)[-4000:]
+    [folder] = (sharded / "cache" / "llm").glob("*/done.json")
+    [reference] = (tmp_path / "one" / "cache" / "llm").glob("*/done.json")
+    assert folder.parent.name == reference.parent.name  # llm.shards is not in the cache key
+    assert read_stage(folder.parent).records == read_stage(reference.parent).records
 
 
 @pytest.mark.slow  # about 2 min of sweeps, then 3 min of `mice-exp report` (on a busy 2-core machine)
