@@ -119,14 +119,21 @@ def _lookup(cfg: Mapping[str, Any], key: str) -> tuple[bool, Any]:
 
 
 def check_values(cfg: Mapping[str, Any]) -> None:
-    """Every value of :data:`RULES` present in ``cfg``, and the relations between them."""
+    """Every value of :data:`RULES` present in ``cfg``."""
     for key, (ok, expected) in RULES.items():
         present, value = _lookup(cfg, key)
         expect(not present or ok(value), f"{key}={value!r}; expected {expected}")
-    for key in sorted(set(cfg["risk"]) - set(RISK_KEYS)):
-        raise UserError(f"risk.{key}={cfg['risk'][key]!r}: not a risk setting (tau follows from the utilities); "
+
+
+def check_risk(risk: Mapping[str, Any]) -> None:
+    """``conf/risk`` holds the four utilities and its name, nothing else."""
+    for key in sorted(set(risk) - set(RISK_KEYS)):
+        raise UserError(f"risk.{key}={risk[key]!r}: not a risk setting (tau follows from the utilities); "
                         f"expected only risk.{', risk.'.join(RISK_KEYS)}")
-    llm = cfg["llm"]
+
+
+def check_llm(llm: Mapping[str, Any]) -> None:
+    """The relations between ``conf/llm`` values: room for a prompt, a worker among the workers."""
     expect(llm["context_window"] > llm["max_new_tokens"],
            f"llm.context_window={llm['context_window']} leaves no room for a prompt after "
            f"llm.max_new_tokens={llm['max_new_tokens']}; expected context_window > max_new_tokens")
@@ -145,15 +152,15 @@ def check_model_folder(source: Mapping[str, Any]) -> None:
                "(config.json, tokenizer files and weights)")
 
 
-def check_run_shape(cfg: Mapping[str, Any]) -> None:
+def check_run_shape(dataset: Mapping[str, Any], protocol: Mapping[str, Any], stage: str) -> None:
     """Settings that make the estimation impossible whatever the data."""
-    split = cfg["dataset"].get("split") or {}
-    if cfg.get("stage", "all") == "all":
+    split = dataset.get("split") or {}
+    if stage == "all":
         expect(split.get("train", 1) != 0, "dataset.split.train=0: the estimators need training calls; "
                                             "expected dataset.split.train > 0 (or stage=llm)")
-    if cfg["protocol"]["name"] == "loao":
-        apis = cfg["dataset"].get("apis")
-        single = cfg["dataset"].get("max_apis") == 1 or (isinstance(apis, list) and len(apis) == 1)
+    if protocol["name"] == "loao":
+        apis = dataset.get("apis")
+        single = dataset.get("max_apis") == 1 or (isinstance(apis, list) and len(apis) == 1)
         expect(not single, "protocol=loao leaves one API out at a time, so it needs at least 2 APIs; "
                            "expected dataset.max_apis >= 2 (or null) or protocol=holdout")
 
@@ -213,6 +220,8 @@ def check_config(cfg: dict[str, Any]) -> None:
     if cfg.get("stage", "all") not in STAGES:
         raise UserError(f"stage={cfg.get('stage')!r}; expected one of {', '.join(STAGES)}")
     check_values(cfg)
+    check_risk(cfg["risk"])
+    check_llm(cfg["llm"])
     check_model_folder(cfg["llm"]["source"])
     make_protocol(cfg["protocol"])
     make_view(cfg["features"]).validate()
@@ -220,7 +229,7 @@ def check_config(cfg: dict[str, Any]) -> None:
     unknown = set(cfg["sources"]["use"]) - set(SOURCES)
     if unknown:
         raise UserError(f"sources.use={cfg['sources']['use']}; expected some of {', '.join(SOURCES)}")
-    check_run_shape(cfg)
+    check_run_shape(cfg["dataset"], cfg["protocol"], cfg.get("stage", "all"))
     if is_enabled(cfg["tracking"]):
         tracking_uri(cfg["tracking"], Path(cfg["paths"].get("root") or "."))
 
