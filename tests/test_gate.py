@@ -222,7 +222,7 @@ def test_hidden_state_estimators_are_not_saved_as_gates(estimator):
     from mice_exp.gate.artifact import unsupported
 
     cfg = as_plain(compose_config([f"estimator={estimator}"]))
-    assert unsupported(cfg).startswith(f"estimator={estimator}: it reads the LLM's last_token hidden states")
+    assert unsupported(cfg["features"], cfg["estimator"]).startswith(f"estimator={estimator}: it reads the LLM's last_token hidden states")
 
 
 @pytest.mark.parametrize("item, message", [

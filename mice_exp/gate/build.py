@@ -56,7 +56,7 @@ def save_run_gate(cfg: Mapping[str, Any], paths: Paths, stage: Any, fs: Any, est
     options = cfg.get("gate") or {}
     register = bool(options.get("register", True)) if register is None else register
     name = name or options.get("name")
-    if not options.get("save", True) or estimator is None or unsupported(cfg):
+    if not options.get("save", True) or estimator is None or unsupported(cfg["features"], cfg.get("estimator")):
         return {}
     provenance = {"run_id": getattr(tracker, "run_id", None), "llm_cache": stage.key,
                   "train_rows": int(fs.rows("train").sum())}
