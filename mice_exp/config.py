@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from mice_exp.errors import UserError, expect
 from mice_exp.llm.precision import DTYPES
@@ -165,24 +165,17 @@ def check_run_shape(dataset: Mapping[str, Any], protocol: Mapping[str, Any], sta
                            "expected dataset.max_apis >= 2 (or null) or protocol=holdout")
 
 
-def used_baselines(cfg: Mapping[str, Any]) -> list[str]:
-    """The ``baselines`` entries a run reads: its reference rows, its estimator's base (and that base's
-    base) and the sample-efficiency protocol's estimators, in that order, each once."""
-    baselines = cfg.get("baselines") or {}
-    names = [*cfg["compare_with"], *(cfg["protocol"].get("estimators") or [])]
-    entry = cfg["estimator"]
+def used_baselines(estimator: Mapping[str, Any], baselines: Mapping[str, Any] | None,
+                   named: Sequence[str]) -> list[str]:
+    """The ``baselines`` entries a run reads: those it ``named`` (its reference rows, the sample-efficiency
+    protocol's estimators), then its ``estimator``'s base (and that base's base), each once."""
+    baselines = baselines or {}
+    names = list(named)
+    entry = estimator
     while entry.get("base") and entry["base"] not in names:
         names.append(entry["base"])
         entry = baselines.get(entry["base"]) or {}
     return list(dict.fromkeys(names))
-
-
-def keep_used_baselines(cfg: dict[str, Any]) -> dict[str, Any]:
-    """``cfg`` with only the baselines it reads: the params, the config hash and the saved config
-    then describe what ran, not every estimator ``conf/config.yaml`` composes."""
-    baselines = cfg.get("baselines") or {}
-    cfg["baselines"] = {k: baselines[k] for k in used_baselines(cfg) if k in baselines}
-    return cfg
 
 
 def check_baselines(cfg: Mapping[str, Any]) -> None:
@@ -199,7 +192,8 @@ def check_baselines(cfg: Mapping[str, Any]) -> None:
         check_backend(cfg["llm"])
         check_internals(cfg["llm"], make_view(cfg["features"]),
                         [(c.key, c.estimator) for c in (study.main, *study.references, *protocol)], cfg["sources"]["use"])
-    for name in used_baselines(cfg):
+    named = [*cfg["compare_with"], *(cfg["protocol"].get("estimators") or [])]
+    for name in used_baselines(cfg["estimator"], cfg.get("baselines"), named):
         entry = {**cfg, "estimator": cfg["baselines"][name]}
         for key, (ok, expected) in RULES.items():
             present, value = _lookup(entry, key) if key.startswith("estimator.") else (False, None)
@@ -234,28 +228,24 @@ def check_config(cfg: dict[str, Any]) -> None:
         tracking_uri(cfg["tracking"], Path(cfg["paths"].get("root") or "."))
 
 
-def check_data(cfg: Mapping[str, Any], paths: Any) -> Any:
-    """What only the data can tell (an empty training split, a single API under LOAO, tools that cannot be
-    JSON schemas under ``prompt.tools=schemas``), before the LLM stage;
-    returns the run's :class:`~mice_exp.data.Selection` (a records file is cut to it).
+def check_data(selection: Any, split: Mapping[str, Any], tools: str, protocol: str, estimates: bool) -> None:
+    """What only the data can tell, before the LLM stage: a ``selection`` (:class:`~mice_exp.data.Selection`)
+    without training calls under ``dataset.split`` when the run ``estimates``, a single API under
+    ``protocol`` loao, tools that cannot be JSON schemas under ``prompt.tools`` schemas.
 
-    Loading the data set here costs well under a second; finding out after generation costs the run.
+    Loading the data set costs well under a second; finding out after generation costs the run.
     """
-    from mice_exp.data import select_examples
-
-    selection = select_examples(cfg["dataset"], paths)
-    if cfg.get("stage", "all") == "all":
+    if estimates:
         expect("train" in selection.splits.values(),
-               f"dataset.split={dict(cfg['dataset']['split'])} gives no training calls among the "
-               f"{len(selection.examples)} examples; the estimators need training calls")
-    if cfg["prompt"].get("tools") == "schemas":
+               f"dataset.split={dict(split)} gives no training calls among the {len(selection.examples)} examples; "
+               "the estimators need training calls")
+    if tools == "schemas":
         for example in selection.examples:  # a tool that is no schema: one line now, not after the LLM loads
             _ = example.schemas
     apis = sorted({e.api for e in selection.examples})
-    if cfg["protocol"]["name"] == "loao":
+    if protocol == "loao":
         expect(len(apis) >= 2, f"protocol=loao needs at least 2 APIs; the data set has only {apis[0]!r}; "
                                "expected more APIs or protocol=holdout")
-    return selection
 
 
 def check_cache(cache: Path) -> None:

@@ -114,7 +114,7 @@ def test_hidden_state_baselines_run_end_to_end_as_the_estimator_and_as_reference
 
 
 def test_the_llm_summary_gives_each_categorys_accuracy_when_there_are_few():
-    from mice_exp.run import llm_summary
+    from mice_exp.report.job import llm_summary
 
     records = [{"api": api, "label": label, "split": "test", "parse_error": None}
                for api, label in [("simple_python", 1), ("simple_python", 0), ("multiple", 0), ("multiple", 0)]]
@@ -126,7 +126,7 @@ def test_the_llm_summary_gives_each_categorys_accuracy_when_there_are_few():
 
 
 def test_a_table_on_a_handful_of_test_calls_says_it_cannot_separate_the_estimators(tmp_path):
-    from mice_exp.run import small_test_note
+    from mice_exp.report.job import small_test_note
 
     assert small_test_note(200, "smollm2_135m", tmp_path) is None
     note = small_test_note(12, "smollm2_135m", tmp_path)
