@@ -39,6 +39,20 @@ def test_run_logs_a_finished_mlflow_run_with_table_metrics_and_artifacts(tmp_pat
     assert "figures/risk_coverage.png" in {a.path for a in client.list_artifacts(result["run_id"], "figures")}
 
 
+def test_a_fully_cached_run_loads_no_llm(tmp_path, monkeypatch):
+    """The second run of a config reads the LLM stage, its confidence sources (here a feature column) and
+    the feature view from their caches: every loader of a model fails if it is called."""
+    from mice_exp.llm import model
+
+    args = overrides(tmp_path) + ["sources.use=[p_true]", "features.sources=[p_true]", "tracking.enabled=false",
+                                  "permutations=0"]
+    first = run(compose_config(args))
+    for loader in ("load_llm", "load_hf"):
+        monkeypatch.setattr(model, loader, lambda *a, name=loader, **k: pytest.fail(f"{name}: a model was loaded"))
+    again = run(compose_config(args))
+    assert again["llm_cache"] == first["llm_cache"] and again["objective"] == first["objective"]
+
+
 def cli(monkeypatch, capsys, args: list[str]) -> tuple[int, str]:
     """Run ``mice-exp ARGS`` in this process; return its exit status and stderr."""
     from mice_exp.__main__ import main
