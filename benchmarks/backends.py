@@ -50,17 +50,15 @@ def timed(into: dict[str, tuple[float, float]], name: str, extra: Sequence[int] 
 
 def stage_prompts(cfg: dict[str, Any]) -> dict[str, Any]:
     """The stage's prompts (token ids), batches and examples for ``cfg``'s selection, as the stage builds them."""
-    from mice_exp.data import select_examples
     from mice_exp.llm.model import load_tokenizer
     from mice_exp.llm.prompt import PromptBuilder
-    from mice_exp.llm.stage import batches, stage_dir, retrieved_demos
-    from mice_exp.paths import paths_from
+    from mice_exp.llm.stage import batches
+    from mice_exp.pipeline import Pipeline
 
-    paths = paths_from(cfg["paths"])
-    selection = select_examples(cfg["dataset"], paths)
-    out, _ = stage_dir(cfg, paths, selection)
-    demos = retrieved_demos(out, cfg, selection)
-    tokenizer = load_tokenizer(cfg["llm"]["source"], paths.models)
+    stage = Pipeline.from_config(cfg).stage
+    selection = stage.selection
+    demos = stage.demos(stage.folder()[0])
+    tokenizer = load_tokenizer(cfg["llm"]["source"], stage.paths.models)
     examples = {e.id: e for e in selection.examples}
     budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
     builder = PromptBuilder.from_config(cfg["prompt"], tokenizer)

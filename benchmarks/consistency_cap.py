@@ -18,14 +18,13 @@ from pathlib import Path
 import torch
 
 from mice_exp.compose import as_plain, compose_config
-from mice_exp.data import select_examples
 from mice_exp.llm.capture import generate_ids, truncate
 from mice_exp.llm.model import load_llm
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file
 from mice_exp.llm.sources import Prompts, agreement, prefill
-from mice_exp.llm.stage import retrieved_demos
 from mice_exp.paths import paths_from
+from mice_exp.pipeline import Pipeline
 
 
 def main(llm_name: str, n: int) -> None:
@@ -33,9 +32,9 @@ def main(llm_name: str, n: int) -> None:
     settings, budget = cfg["sources"]["consistency"], int(cfg["llm"]["max_new_tokens"])
     paths = paths_from(cfg["paths"])
     stage = read_records_file(paths.root / "experiments" / "records" / f"ste-{llm_name}.jsonl.gz", "ste")
-    selection = select_examples(cfg["dataset"], paths)
-    examples = {e.id: e for e in selection.examples}
-    demos = retrieved_demos(Path(tempfile.mkdtemp()), cfg, selection)
+    llm_stage = Pipeline.from_config(cfg).stage
+    examples = {e.id: e for e in llm_stage.selection.examples}
+    demos = llm_stage.demos(Path(tempfile.mkdtemp()))
     llm = load_llm(cfg["llm"], paths.models)
     builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
     fmt = builder.fmt

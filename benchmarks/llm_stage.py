@@ -1,7 +1,7 @@
 """The LLM stage against this CPU's floor, in one run.
 
 Prints the CPU (model, AVX-512 / native bf16, torch's capability), the same-shape GEMM peak, then runs
-the real LLM stage (`run_llm_stage`, a fresh cache) on the first `--apis` STE APIs and breaks its wall
+the real LLM stage (`LLMStage.run`, a fresh cache) on the first `--apis` STE APIs and breaks its wall
 time down: retrieval, model load, prompts, prefill, decode, generate's own per-step work, logit lens,
 layer strings, records, cache writes. Each phase gets its FLOPs (linear layers, attention with its
 causal half, lm_head, lens) and achieved GFLOP/s; the stage's floor is its FLOPs at the GEMM peak.
@@ -37,6 +37,7 @@ from mice_exp.llm.memory import keep_freed_memory
 from mice_exp.llm.precision import cpu_flags, native_bf16
 from mice_exp.llm.records import read_stage
 from mice_exp.paths import paths_from
+from mice_exp.pipeline import Pipeline
 
 clock = time.perf_counter
 
@@ -123,7 +124,7 @@ def instrumented(phases: Phases) -> Iterator[dict[str, Any]]:
         phases.wrap(llm.tokenizer, "batch_decode", "layer strings")
         holder["llm"] = llm
         return llm
-    undo = [phases.wrap(stage, "retrieved_demos", "retrieval (encoder load + ranking)"), phases.wrap(stage.PromptBuilder, "build", "prompts"),
+    undo = [phases.wrap(stage.LLMStage, "demos", "retrieval (encoder load + ranking)"), phases.wrap(stage.PromptBuilder, "build", "prompts"),
             phases.wrap(capture, "generate_ids", "generate"), phases.wrap(capture, "lens_argmax", "logit lens"),
             phases.wrap(capture, "truncate", "truncation"), phases.wrap(stage, "make_record", "records"),
             phases.wrap(stage, "write_npz", "cache writes"), phases.wrap(stage, "write_jsonl", "cache writes"),
@@ -184,7 +185,7 @@ def run_stage(cfg: dict[str, Any], cache: Path, models: Path) -> tuple[Phases, f
     phases = Phases()
     with instrumented(phases) as holder:
         start = clock()
-        folder = stage.run_llm_stage(cfg, paths_from(cfg["paths"]))
+        folder = Pipeline.from_config(cfg).stage.run()
         wall = clock() - start
     return phases, wall, {"records": read_stage(folder).records, "llm": holder["llm"], "cfg": cfg}
 

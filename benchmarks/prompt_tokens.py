@@ -18,11 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from mice_exp.compose import as_plain, compose_config
-from mice_exp.data import select_examples
 from mice_exp.llm.model import load_tokenizer
 from mice_exp.llm.prompt import PromptBuilder
-from mice_exp.llm.stage import retrieved_demos
 from mice_exp.paths import paths_from
+from mice_exp.pipeline import Pipeline
 
 DEFAULT = ["llm=smollm2_135m", "dataset=bfcl", "dataset.categories=[live_simple]"]
 PROMPTS = ("ste", "json_tools")
@@ -32,9 +31,10 @@ def main(overrides: list[str]) -> None:
     cfgs = {name: as_plain(compose_config([*overrides, f"prompt={name}"])) for name in PROMPTS}
     cfg = cfgs[PROMPTS[0]]
     paths = paths_from(cfg["paths"])
-    selection = select_examples(cfg["dataset"], paths)
+    stage = Pipeline.from_config(cfg).stage
+    selection = stage.selection
     examples = {e.id: e for e in selection.examples}
-    demos = retrieved_demos(Path(tempfile.mkdtemp()), cfg, selection)  # the same for both: retrieval reads no format
+    demos = stage.demos(Path(tempfile.mkdtemp()))  # the same for both: retrieval reads no format
     tokenizer = load_tokenizer(cfg["llm"]["source"], paths.models)
     budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
     k = int(cfg["prompt"]["k_demos"])

@@ -22,9 +22,10 @@ from mice_exp.llm.model import load_llm
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.replay import replay_states
-from mice_exp.llm.sources import record_prompts, records_context
+from mice_exp.llm.sources import record_prompts
 from mice_exp.llm.stage import shard_arrays
 from mice_exp.paths import paths_from
+from mice_exp.pipeline import Pipeline
 
 
 def main(llm_name: str, stage_folder: Path, n: int) -> None:
@@ -33,7 +34,7 @@ def main(llm_name: str, stage_folder: Path, n: int) -> None:
     stage = read_records_file(paths.root / "experiments" / "records" / f"ste-{llm_name}.jsonl.gz", "ste")
     captured = read_stage(stage_folder)
     assert captured.ids[:n] == stage.ids[:n], "the stage cache and the records file list other calls"
-    _, examples, demos = records_context(cfg, paths, stage)
+    _, examples, demos = Pipeline.from_config(cfg).stage.context(stage)
     llm = load_llm(cfg["llm"], paths.models)
     builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
     start = time.perf_counter()

@@ -45,13 +45,13 @@ def inspect(argv: Sequence[str]) -> None:
     targets = [a for a in argv if "=" not in a]
     if len(targets) != 1:
         raise UserError(f"{INSPECT_USAGE}; expected exactly one example")
-    from mice_exp.config import check_config
+    from mice_exp.pipeline import Pipeline
 
-    cfg = as_plain(compose_config([a for a in argv if "=" in a]))
-    check_config(cfg)  # llm.batch_size=0 and the like: one line, as in a run, before torch is imported
+    # a bad value (llm.batch_size=0 and the like) is one line, as in a run, before torch is imported
+    stage = Pipeline.from_config(compose_config([a for a in argv if "=" in a])).stage
     from mice_exp.llm.inspect import layer_table
 
-    print(layer_table(cfg, targets[0]))
+    print(layer_table(stage, targets[0]))
 
 
 def report(argv: Sequence[str]) -> None:
@@ -84,28 +84,23 @@ def records(argv: Sequence[str]) -> None:
     if wants_help(argv):
         print(RECORDS_USAGE)
         return
-    from mice_exp.config import check_config
     from mice_exp.llm.publish import default_path, publish_records
-    from mice_exp.paths import paths_from, resolve, writable_file
+    from mice_exp.paths import resolve, writable_file
+    from mice_exp.pipeline import Pipeline
 
     outputs = [a.split("=", 1)[1] for a in argv if a.startswith("output=")]
-    cfg = as_plain(compose_config([a for a in argv if not a.startswith("output=")]))
-    check_config(cfg)
-    paths = paths_from(cfg["paths"])
+    pipeline = Pipeline.from_config(compose_config([a for a in argv if not a.startswith("output=")]))
+    stage = pipeline.stage
     # replacing the file it reads (llm.records=F output=F: adding sources) is what the command is for
-    same = bool(outputs) and bool(cfg["llm"].get("records")) and (
-        resolve(outputs[0], Path.cwd()) == resolve(cfg["llm"]["records"], paths.root))  # as publish_records reads it
-    path = writable_file(outputs[0] if outputs else default_path(cfg, paths.root), Path.cwd(), "output",
-                         force=bool(cfg.get("force")) or same)
-    if cfg["llm"].get("shard") is not None and not cfg["llm"].get("records"):  # one worker of a sharded stage
-        from mice_exp.llm.shards import shard_note
-        from mice_exp.llm.stage import run_llm_stage
-
-        note = shard_note(cfg, paths, run_llm_stage(cfg, paths))
+    same = bool(outputs) and stage.records_path == resolve(outputs[0], Path.cwd())
+    path = writable_file(outputs[0] if outputs else default_path(stage), Path.cwd(), "output",
+                         force=pipeline.force or same)
+    if stage.llm.get("shard") is not None and stage.records_path is None:  # one worker of a sharded stage
+        note = stage.shard_note(stage.run())
         if note is not None:  # the worker that completes the stage publishes
             print(note)
             return
-    path = publish_records(cfg, path)
+    path = publish_records(stage, pipeline.sources, path)
     print(f"records: {path} ({path.stat().st_size / 1e6:.2f} MB); rebuild any table with llm.records={path}")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from mice_exp.errors import UserError, expect
 from mice_exp.llm.precision import DTYPES
@@ -125,14 +125,21 @@ def _lookup(cfg: Mapping[str, Any], key: str) -> tuple[bool, Any]:
 
 
 def check_values(cfg: Mapping[str, Any]) -> None:
-    """Every value of :data:`RULES` present in ``cfg``, and the relations between them."""
+    """Every value of :data:`RULES` present in ``cfg``."""
     for key, (ok, expected) in RULES.items():
         present, value = _lookup(cfg, key)
         expect(not present or ok(value), f"{key}={value!r}; expected {expected}")
-    for key in sorted(set(cfg["risk"]) - set(RISK_KEYS)):
-        raise UserError(f"risk.{key}={cfg['risk'][key]!r}: not a risk setting (tau follows from the utilities); "
+
+
+def check_risk(risk: Mapping[str, Any]) -> None:
+    """``conf/risk`` holds the four utilities and its name, nothing else."""
+    for key in sorted(set(risk) - set(RISK_KEYS)):
+        raise UserError(f"risk.{key}={risk[key]!r}: not a risk setting (tau follows from the utilities); "
                         f"expected only risk.{', risk.'.join(RISK_KEYS)}")
-    llm = cfg["llm"]
+
+
+def check_llm(llm: Mapping[str, Any]) -> None:
+    """The relations between ``conf/llm`` values: room for a prompt, a worker among the workers."""
     expect(llm["context_window"] > llm["max_new_tokens"],
            f"llm.context_window={llm['context_window']} leaves no room for a prompt after "
            f"llm.max_new_tokens={llm['max_new_tokens']}; expected context_window > max_new_tokens")
@@ -151,37 +158,30 @@ def check_model_folder(source: Mapping[str, Any]) -> None:
                "(config.json, tokenizer files and weights)")
 
 
-def check_run_shape(cfg: Mapping[str, Any]) -> None:
+def check_run_shape(dataset: Mapping[str, Any], protocol: Mapping[str, Any], stage: str) -> None:
     """Settings that make the estimation impossible whatever the data."""
-    split = cfg["dataset"].get("split") or {}
-    if cfg.get("stage", "all") == "all":
+    split = dataset.get("split") or {}
+    if stage == "all":
         expect(split.get("train", 1) != 0, "dataset.split.train=0: the estimators need training calls; "
                                             "expected dataset.split.train > 0 (or stage=llm)")
-    if cfg["protocol"]["name"] == "loao":
-        apis = cfg["dataset"].get("apis")
-        single = cfg["dataset"].get("max_apis") == 1 or (isinstance(apis, list) and len(apis) == 1)
+    if protocol["name"] == "loao":
+        apis = dataset.get("apis")
+        single = dataset.get("max_apis") == 1 or (isinstance(apis, list) and len(apis) == 1)
         expect(not single, "protocol=loao leaves one API out at a time, so it needs at least 2 APIs; "
                            "expected dataset.max_apis >= 2 (or null) or protocol=holdout")
 
 
-def used_baselines(cfg: Mapping[str, Any]) -> list[str]:
-    """The ``baselines`` entries a run reads: its reference rows, its estimator's base (and that base's
-    base) and the sample-efficiency protocol's estimators, in that order, each once."""
-    baselines = cfg.get("baselines") or {}
-    names = [*cfg["compare_with"], *(cfg["protocol"].get("estimators") or [])]
-    entry = cfg["estimator"]
+def used_baselines(estimator: Mapping[str, Any], baselines: Mapping[str, Any] | None,
+                   named: Sequence[str]) -> list[str]:
+    """The ``baselines`` entries a run reads: those it ``named`` (its reference rows, the sample-efficiency
+    protocol's estimators), then its ``estimator``'s base (and that base's base), each once."""
+    baselines = baselines or {}
+    names = list(named)
+    entry = estimator
     while entry.get("base") and entry["base"] not in names:
         names.append(entry["base"])
         entry = baselines.get(entry["base"]) or {}
     return list(dict.fromkeys(names))
-
-
-def keep_used_baselines(cfg: dict[str, Any]) -> dict[str, Any]:
-    """``cfg`` with only the baselines it reads: the params, the config hash and the saved config
-    then describe what ran, not every estimator ``conf/config.yaml`` composes."""
-    baselines = cfg.get("baselines") or {}
-    cfg["baselines"] = {k: baselines[k] for k in used_baselines(cfg) if k in baselines}
-    return cfg
 
 
 def check_baselines(cfg: Mapping[str, Any]) -> None:
@@ -198,7 +198,8 @@ def check_baselines(cfg: Mapping[str, Any]) -> None:
         check_backend(cfg["llm"])
         check_internals(cfg["llm"], make_view(cfg["features"]),
                         [(c.key, c.estimator) for c in (study.main, *study.references, *protocol)], cfg["sources"]["use"])
-    for name in used_baselines(cfg):
+    named = [*cfg["compare_with"], *(cfg["protocol"].get("estimators") or [])]
+    for name in used_baselines(cfg["estimator"], cfg.get("baselines"), named):
         entry = {**cfg, "estimator": cfg["baselines"][name]}
         for key, (ok, expected) in RULES.items():
             present, value = _lookup(entry, key) if key.startswith("estimator.") else (False, None)
@@ -219,6 +220,8 @@ def check_config(cfg: dict[str, Any]) -> None:
     if cfg.get("stage", "all") not in STAGES:
         raise UserError(f"stage={cfg.get('stage')!r}; expected one of {', '.join(STAGES)}")
     check_values(cfg)
+    check_risk(cfg["risk"])
+    check_llm(cfg["llm"])
     check_model_folder(cfg["llm"]["source"])
     make_protocol(cfg["protocol"])
     make_view(cfg["features"]).validate()
@@ -226,33 +229,29 @@ def check_config(cfg: dict[str, Any]) -> None:
     unknown = set(cfg["sources"]["use"]) - set(SOURCES)
     if unknown:
         raise UserError(f"sources.use={cfg['sources']['use']}; expected some of {', '.join(SOURCES)}")
-    check_run_shape(cfg)
+    check_run_shape(cfg["dataset"], cfg["protocol"], cfg.get("stage", "all"))
     if is_enabled(cfg["tracking"]):
         tracking_uri(cfg["tracking"], Path(cfg["paths"].get("root") or "."))
 
 
-def check_data(cfg: Mapping[str, Any], paths: Any) -> Any:
-    """What only the data can tell (an empty training split, a single API under LOAO, tools that cannot be
-    JSON schemas under ``prompt.tools=schemas``), before the LLM stage;
-    returns the run's :class:`~mice_exp.data.Selection` (a records file is cut to it).
+def check_data(selection: Any, split: Mapping[str, Any], tools: str, protocol: str, estimates: bool) -> None:
+    """What only the data can tell, before the LLM stage: a ``selection`` (:class:`~mice_exp.data.Selection`)
+    without training calls under ``dataset.split`` when the run ``estimates``, a single API under
+    ``protocol`` loao, tools that cannot be JSON schemas under ``prompt.tools`` schemas.
 
-    Loading the data set here costs well under a second; finding out after generation costs the run.
+    Loading the data set costs well under a second; finding out after generation costs the run.
     """
-    from mice_exp.data import select_examples
-
-    selection = select_examples(cfg["dataset"], paths)
-    if cfg.get("stage", "all") == "all":
+    if estimates:
         expect("train" in selection.splits.values(),
-               f"dataset.split={dict(cfg['dataset']['split'])} gives no training calls among the "
-               f"{len(selection.examples)} examples; the estimators need training calls")
-    if cfg["prompt"].get("tools") == "schemas":
+               f"dataset.split={dict(split)} gives no training calls among the {len(selection.examples)} examples; "
+               "the estimators need training calls")
+    if tools == "schemas":
         for example in selection.examples:  # a tool that is no schema: one line now, not after the LLM loads
             _ = example.schemas
     apis = sorted({e.api for e in selection.examples})
-    if cfg["protocol"]["name"] == "loao":
+    if protocol == "loao":
         expect(len(apis) >= 2, f"protocol=loao needs at least 2 APIs; the data set has only {apis[0]!r}; "
                                "expected more APIs or protocol=holdout")
-    return selection
 
 
 def check_cache(cache: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
@@ -20,6 +21,17 @@ def cache_sharing_models(folder: Path) -> Path:
         MODELS_CACHE.mkdir(parents=True, exist_ok=True)
         (folder / "models").symlink_to(MODELS_CACHE)
     return folder
+
+
+def stage_of(cfg: dict, paths: Any = None, llm: Any = None, selection: Any = None) -> Any:
+    """The LLM stage of a composed config, as a run builds it (``llm``: a model already loaded; ``selection``:
+    examples to use instead of the data set's)."""
+    from mice_exp.pipeline import Pipeline
+
+    stage = Pipeline.from_config(cfg, paths, llm).stage
+    if selection is not None:
+        stage.selection = selection
+    return stage
 
 
 def llm_conf(name: str) -> dict:

@@ -13,9 +13,9 @@ from mice_exp.config import check_config
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_batch
 from mice_exp.llm.records import read_stage
-from mice_exp.llm.stage import run_llm_stage, stage_key
+from mice_exp.llm.stage import LLMStage
 from mice_exp.paths import PACKAGE_ROOT
-from tests.conftest import MODELS_CACHE, cache_sharing_models
+from tests.conftest import MODELS_CACHE, cache_sharing_models, stage_of
 from tests.test_llm_stage import paths_in, tiny_cfg
 
 VLLM_PYTHON = PACKAGE_ROOT / ".venv-vllm" / "bin" / "python"
@@ -31,19 +31,18 @@ def one_head_llm():
 
 
 def stage_records(cfg: dict, tmp: Path, llm=None) -> list[dict]:
-    return read_stage(run_llm_stage(cfg, paths_in(cache_sharing_models(tmp)), llm=llm)).records
+    return stage_of(cfg, paths_in(cache_sharing_models(tmp)), llm).output().records
 
 
 def test_hf_is_the_capture_itself(tmp_path, tiny_llm):
     """The stage's calls are the capture's own generations (the code every published record was made with)."""
     from mice_exp.cache import read_json
-    from mice_exp.data import select_examples
     from mice_exp.llm.prompt import PromptBuilder
 
     records = stage_records(tiny_cfg(), tmp_path, tiny_llm)
     cfg = tiny_cfg()
     folder = next((tmp_path / "llm").iterdir())
-    examples = {e.id: e for e in select_examples(cfg["dataset"], paths_in(tmp_path)).examples}
+    examples = {e.id: e for e in stage_of(cfg, paths_in(tmp_path)).selection.examples}
     demos = read_json(folder / "demos.json")
     builder = PromptBuilder.from_config(cfg["prompt"], tiny_llm.tokenizer)
     for r in records[:2]:
@@ -53,12 +52,11 @@ def test_hf_is_the_capture_itself(tmp_path, tiny_llm):
 
 
 def test_the_hf_key_is_the_key_every_cache_was_made_with(tmp_path):
-    cfg = tiny_cfg()
-    from mice_exp.data import select_examples
+    def key(cfg: dict) -> dict:  # the stage itself: a vllm config is refused where vllm is not installed
+        return LLMStage(cfg["dataset"], cfg["prompt"], cfg["llm"], cfg["retrieval"], paths_in(tmp_path)).key("cpu")
 
-    selection = select_examples(cfg["dataset"], paths_in(tmp_path))
-    assert "backend" not in stage_key(cfg, selection, "cpu")["llm"]
-    assert stage_key(tiny_cfg(**{"llm.backend": "vllm"}), selection, "cpu")["llm"]["backend"] == "vllm"
+    assert "backend" not in key(tiny_cfg())["llm"]
+    assert key(tiny_cfg(**{"llm.backend": "vllm"}))["llm"]["backend"] == "vllm"
 
 
 def test_an_unknown_backend_is_one_line():
@@ -150,7 +148,7 @@ def test_a_server_slower_than_the_timeout_is_one_line(server, tmp_path):
 def test_vllm_captures_every_layer_in_its_generating_pass(tmp_path):
     vllm_records = stage_records(tiny_cfg(**{"llm.backend": "vllm", **ONE_HEAD}), tmp_path / "vllm")
     folder = next((tmp_path / "vllm" / "llm").iterdir())
-    local_folder = run_llm_stage(tiny_cfg(**ONE_HEAD), paths_in(cache_sharing_models(tmp_path / "hf")), llm=one_head_llm())
+    local_folder = stage_of(tiny_cfg(**ONE_HEAD), paths_in(cache_sharing_models(tmp_path / "hf")), one_head_llm()).run()
     local = {r["id"]: r for r in read_stage(local_folder).records}
     same = [i for i, r in enumerate(vllm_records) if r["token_ids"] == local[r["id"]]["token_ids"]]
     assert len(same) >= len(vllm_records) // 2

@@ -43,13 +43,12 @@ class Shared:
     def __init__(self, folder: Path, llm: Any) -> None:
         from mice_exp.compose import as_plain, compose_config
         from mice_exp.llm.publish import publish_records
-        from mice_exp.llm.stage import run_llm_stage
-        from mice_exp.paths import paths_from
+        from mice_exp.pipeline import Pipeline
 
         self.cache = cache_sharing_models(folder / "cache")
         self.cfg = as_plain(compose_config([*STAGE, f"paths.cache={self.cache}"]))
-        run_llm_stage(self.cfg, paths_from(self.cfg["paths"]), llm=llm)
-        self.records = publish_records(self.cfg, folder / "tiny_random.jsonl.gz")
+        pipeline = Pipeline.from_config(self.cfg, llm=llm)
+        self.records = publish_records(pipeline.stage, pipeline.sources, folder / "tiny_random.jsonl.gz")
 
     @cached_property
     def gate(self) -> Path:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from mice_exp.compose import as_plain, compose_config
-from mice_exp.config import keep_used_baselines, used_baselines
 from mice_exp.estimation import Study
 from mice_exp.paths import PACKAGE_ROOT
+from mice_exp.pipeline import Pipeline
 from mice_exp.protocols import Holdout
 from test_significance import feature_set
 
@@ -42,11 +42,10 @@ def test_an_override_reaches_a_field_corrections_base():
 
 
 def test_only_the_baselines_a_run_reads_are_kept_for_its_params():
-    cfg = as_plain(compose_config(["estimator=field", "estimator.base=mice_lr", "compare_with=[raw,hre]"]))
-    assert used_baselines(cfg) == ["raw", "hre", "mice_lr"]
-    assert list(keep_used_baselines(cfg)["baselines"]) == ["raw", "hre", "mice_lr"]
-    sample = as_plain(compose_config(["protocol=sample_efficiency"]))
-    assert used_baselines(sample) == ["raw", "hre", "nwkr", "mice_lr", "mice_rf"]
+    field = compose_config(["estimator=field", "estimator.base=mice_lr", "compare_with=[raw,hre]"])
+    assert list(Pipeline.from_config(field).config["baselines"]) == ["raw", "hre", "mice_lr"]
+    sample = compose_config(["protocol=sample_efficiency"])
+    assert list(Pipeline.from_config(sample).config["baselines"]) == ["raw", "hre", "nwkr", "mice_lr", "mice_rf"]
 
 
 @pytest.mark.parametrize("bad, expected", [

@@ -23,7 +23,7 @@ from mice_exp.data.splits import assign_splits
 from mice_exp.errors import UserError
 from mice_exp.features.arguments import argument_metrics
 from mice_exp.llm.prompt import PromptBuilder, load_template, system_prompt
-from mice_exp.llm.stage import prompt_key, stage_key
+from mice_exp.llm.stage import prompt_key
 from mice_exp.llm.toolcall import parse_call
 from mice_exp.paths import PACKAGE_ROOT
 
@@ -184,14 +184,14 @@ def test_bfcl_relevance_sets_bfcl_s_note_and_every_other_data_set_has_none():
 
 def test_bfcl_relevance_is_zero_shot_so_the_prompt_shows_only_the_entry_s_own_functions(tmp_path, relevance,
                                                                                         tokenizer):
-    from mice_exp.data import select_examples
-    from mice_exp.llm.stage import retrieved_demos
     from mice_exp.paths import Paths
+    from tests.conftest import stage_of
 
     cfg = as_plain(compose_config(["dataset=bfcl_relevance", "dataset.max_per_api=5"]))
     assert cfg["prompt"]["k_demos"] == 0 and as_plain(compose_config([]))["prompt"]["k_demos"] == 8
-    selection = select_examples(cfg["dataset"], Paths(root=PACKAGE_ROOT, cache=tmp_path))
-    demos = retrieved_demos(tmp_path, cfg, selection)  # no encoder loaded, nothing retrieved
+    stage = stage_of(cfg, Paths(root=PACKAGE_ROOT, cache=tmp_path))
+    selection = stage.selection
+    demos = stage.demos(tmp_path)  # no encoder loaded, nothing retrieved
     assert demos == {e.id: [] for e in selection.examples}
     example = selection.examples[0]
     head = PromptBuilder.from_config(cfg["prompt"], tokenizer).messages(example, [])
@@ -225,11 +225,13 @@ def test_a_null_note_builds_the_same_tokens_and_key_as_before_the_note_existed(r
 
 
 def test_the_note_is_hashed_once_in_the_stage_key(relevance):
+    from tests.conftest import stage_of
+
     plain = as_plain(compose_config(["dataset=bfcl_relevance"]))
     selection = Selection(relevance, assign_splits(relevance, plain["dataset"]["split"], 0))
-    key = stage_key(plain, selection, "cpu")
+    key = stage_of(plain, selection=selection).key("cpu")
     assert key["prompt"]["no_call_note"] == BFCL_NOTE and "no_call_note" not in key["dataset"]
-    off = stage_key(plain | {"prompt": plain["prompt"] | {"no_call_note": None}}, selection, "cpu")
+    off = stage_of(plain | {"prompt": plain["prompt"] | {"no_call_note": None}}, selection=selection).key("cpu")
     assert off != key and "no_call_note" not in off["prompt"]
 
 

@@ -17,11 +17,10 @@ import numpy as np
 import pytest
 
 import mice_exp.llm.stage as stage
-from conftest import cache_sharing_models
+from conftest import cache_sharing_models, stage_of
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.features import cached_bertscore
 from mice_exp.llm.records import read_stage
-from mice_exp.llm.stage import run_llm_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
 
 FIXTURE = PACKAGE_ROOT / "tests" / "fixtures" / "ste_tiny.json"
@@ -35,7 +34,7 @@ def tiny_cfg() -> dict:
 @pytest.fixture(scope="module")
 def intact(tmp_path_factory, tiny_llm) -> Path:
     """A finished LLM stage of 6 calls in 3 shards, never touched."""
-    return run_llm_stage(tiny_cfg(), Paths(root=PACKAGE_ROOT, cache=tmp_path_factory.mktemp("intact")), llm=tiny_llm)
+    return stage_of(tiny_cfg(), Paths(root=PACKAGE_ROOT, cache=tmp_path_factory.mktemp("intact")), tiny_llm).run()
 
 
 @pytest.fixture
@@ -69,7 +68,7 @@ def test_a_truncated_file_is_named_set_aside_and_only_its_shard_recomputed(intac
     truncate(copy / damaged)
     generated = counting_batches(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="mice_exp.cache"):
-        resumed = run_llm_stage(tiny_cfg(), Paths(root=PACKAGE_ROOT, cache=copy.parent.parent), llm=tiny_llm)
+        resumed = stage_of(tiny_cfg(), Paths(root=PACKAGE_ROOT, cache=copy.parent.parent), tiny_llm).run()
     assert resumed == copy
     warning = next(r.getMessage() for r in caplog.records if damaged in r.getMessage())
     assert f"{copy / damaged} is damaged" in warning and "set aside" in warning
@@ -86,7 +85,7 @@ def test_a_truncated_demos_file_is_recomputed(intact, copy, tiny_llm, caplog):
     (copy / "done.json").unlink()
     truncate(copy / "demos.json")
     with caplog.at_level(logging.WARNING, logger="mice_exp.cache"):
-        resumed = run_llm_stage(tiny_cfg(), Paths(root=PACKAGE_ROOT, cache=copy.parent.parent), llm=tiny_llm)
+        resumed = stage_of(tiny_cfg(), Paths(root=PACKAGE_ROOT, cache=copy.parent.parent), tiny_llm).run()
     assert any("demos.json is damaged" in r.getMessage() for r in caplog.records)
     assert read_stage(resumed).records == read_stage(intact).records
 

@@ -11,19 +11,20 @@ import pytest
 
 from mice_exp.cache import stable_hash
 from mice_exp.compose import as_plain, compose_config
-from mice_exp.data import demo_pool, select_examples
+from mice_exp.data import demo_pool
 from mice_exp.errors import UserError
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_records_header
-from mice_exp.llm.stage import retrieved_demos, stage_key
 from mice_exp.paths import PACKAGE_ROOT, Paths
+from tests.conftest import stage_of
 
 POOL_ALL = PACKAGE_ROOT / "experiments" / "records" / "ste-smollm2_135m-pool-all.jsonl.gz"
 
 
 def ste(*overrides: str) -> tuple[dict, object]:
+    """The config and the LLM stage of SmolLM2 on STE."""
     cfg = as_plain(compose_config(["llm=smollm2_135m", *overrides]))
-    return cfg, select_examples(cfg["dataset"], Paths(root=PACKAGE_ROOT, cache=PACKAGE_ROOT / ".cache"))
+    return cfg, stage_of(cfg, Paths(root=PACKAGE_ROOT, cache=PACKAGE_ROOT / ".cache"))
 
 
 def shown_evaluation_calls(cfg: dict, selection, demos: dict[str, list[str]], tokenizer) -> set[str]:
@@ -43,21 +44,22 @@ def shown_evaluation_calls(cfg: dict, selection, demos: dict[str, list[str]], to
 def demos_by_pool(tmp_path_factory) -> dict[str, tuple[dict, object, dict]]:
     out = {}
     for pool in ("train", "all"):
-        cfg, selection = ste(f"prompt.demo_pool={pool}")
-        out[pool] = cfg, selection, retrieved_demos(tmp_path_factory.mktemp(pool), cfg, selection)
+        cfg, stage = ste(f"prompt.demo_pool={pool}")
+        out[pool] = cfg, stage, stage.demos(tmp_path_factory.mktemp(pool))
     return out
 
 
 def test_the_train_pool_shows_no_evaluation_call_in_any_prompt(demos_by_pool, tokenizer):
-    cfg, selection, demos = demos_by_pool["train"]
+    cfg, stage, demos = demos_by_pool["train"]
+    selection = stage.selection
     assert len(demos) == 750 and all(len(d) == 8 for d in demos.values())
     assert {selection.splits[d] for ids in demos.values() for d in ids} == {"train"}
     assert shown_evaluation_calls(cfg, selection, demos, tokenizer) == set()
 
 
 def test_the_all_pool_shows_evaluation_calls_as_the_published_records_did(demos_by_pool, tokenizer):
-    cfg, selection, demos = demos_by_pool["all"]
-    shown = shown_evaluation_calls(cfg, selection, demos, tokenizer)
+    cfg, stage, demos = demos_by_pool["all"]
+    shown = shown_evaluation_calls(cfg, stage.selection, demos, tokenizer)
     assert len(shown) > 300  # nearly every one of the 350: what the train pool exists to prevent
     assert all(i not in ids for i, ids in demos.items())  # never the call itself
 
@@ -65,9 +67,10 @@ def test_the_all_pool_shows_evaluation_calls_as_the_published_records_did(demos_
 def test_the_all_pool_rebuilds_the_published_pool_all_prompts(demos_by_pool, tokenizer):
     """``all`` keeps the old stage key (so old caches still match) and rebuilds every prompt of the
     published pool-all records token for token: the same prompts give the same greedy records."""
-    cfg, selection, demos = demos_by_pool["all"]
+    cfg, stage, demos = demos_by_pool["all"]
+    selection = stage.selection
     header = read_records_header(POOL_ALL)
-    assert stage_key(cfg, selection, "cpu") == header["stage_key"]
+    assert stage.key("cpu") == header["stage_key"]
     assert f"smollm2_135m-{stable_hash(header['stage_key'])}" == header["stage_cache"]
     by_id = {e.id: e for e in selection.examples}
     budget = cfg["llm"]["context_window"] - cfg["llm"]["max_new_tokens"]
@@ -79,10 +82,10 @@ def test_the_all_pool_rebuilds_the_published_pool_all_prompts(demos_by_pool, tok
 
 
 def test_the_pool_is_part_of_the_stage_key_and_train_is_the_default(demos_by_pool):
-    (train_cfg, selection, _), (all_cfg, _, _) = demos_by_pool["train"], demos_by_pool["all"]
+    (_, train, _), (_, every, _) = demos_by_pool["train"], demos_by_pool["all"]
     assert as_plain(compose_config([]))["prompt"]["demo_pool"] == "train"
-    assert stage_key(train_cfg, selection, "cpu")["prompt"]["demo_pool"] == "train"
-    assert stage_key(train_cfg, selection, "cpu") != stage_key(all_cfg, selection, "cpu")
+    assert train.key("cpu")["prompt"]["demo_pool"] == "train"
+    assert train.key("cpu") != every.key("cpu")
 
 
 def test_a_records_file_of_another_pool_is_refused_in_one_line():
@@ -95,9 +98,9 @@ def test_a_records_file_of_another_pool_is_refused_in_one_line():
 
 
 def test_an_unknown_pool_is_one_line_listing_the_choices():
-    _, selection = ste()
+    _, stage = ste()
     with pytest.raises(UserError, match=r"prompt.demo_pool='test'; expected one of train, all"):
-        demo_pool(selection, "test")
+        demo_pool(stage.selection, "test")
     from mice_exp.config import check_values
 
     with pytest.raises(UserError, match=r"prompt.demo_pool='everything'; expected one of train, all"):
@@ -105,7 +108,6 @@ def test_an_unknown_pool_is_one_line_listing_the_choices():
 
 
 def test_a_pool_too_small_for_k_is_one_line(tmp_path):
-    cfg, selection = ste("dataset.max_apis=1")  # 8 training calls: a training call has 7 others
-    cfg["prompt"]["k_demos"] = 8
+    _, stage = ste("dataset.max_apis=1", "prompt.k_demos=8")  # 8 training calls: a training call has 7 others
     with pytest.raises(UserError, match="k=8 demonstrations requested but only 7 other examples are in the pool"):
-        retrieved_demos(tmp_path, cfg, selection)
+        stage.demos(tmp_path)

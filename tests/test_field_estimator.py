@@ -48,11 +48,11 @@ def test_a_field_that_learned_nothing_has_no_diagnostics_instead_of_an_attribute
     """One training class: the estimator falls back to the base rate, and the run says there is no field."""
     import warnings
 
-    from mice_exp.run import _diagnose_field
+    from mice_exp.report.job import diagnose_field
 
     X, _ = regime_data(40)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = FieldCorrection(RawConfidence(), base_width=1, field=FAST).fit(X, np.zeros(40, dtype=int))
-    assert model.fallback_ and _diagnose_field({}, model, fs=None, tracker=None) == {}
+    assert model.fallback_ and diagnose_field(model, fs=None, tracker=None, source="raw", options={}) == {}
     assert "miscalibration field: not fitted" in capsys.readouterr().out

@@ -23,7 +23,7 @@ from mice_exp.features import build_features
 from mice_exp.gate import Gate, parse_query, read_queries, read_spec, save_gate
 from mice_exp.llm.records import read_stage
 from mice_exp.data import select_examples
-from mice_exp.llm.stage import run_llm_stage
+from mice_exp.pipeline import Pipeline
 from mice_exp.paths import PACKAGE_ROOT, Paths
 
 FIXTURES = PACKAGE_ROOT / "tests" / "fixtures"
@@ -46,12 +46,13 @@ def fitted(tmp_path_factory, tiny_llm):
     tmp = tmp_path_factory.mktemp("gate")
     cfg = tiny_cfg()
     paths = Paths(root=PACKAGE_ROOT, cache=tmp / "cache")
-    out = run_llm_stage(cfg, paths, llm=tiny_llm)
+    pipeline = Pipeline.from_config(cfg, paths, tiny_llm)
+    out = pipeline.stage.run()
     fs = build_features(cfg["features"], read_stage(out), paths.features)
     estimator = MiceLogisticRegression(C=1e6).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
     folder = save_gate(tmp / "gate", cfg, estimator, fs.columns, select_examples(cfg["dataset"], paths).examples,
                        llm_stage=read_stage(out).info)
-    return folder, estimator, fs, SimpleNamespace(cfg=cfg, paths=paths, out=out)
+    return folder, estimator, fs, SimpleNamespace(cfg=cfg, paths=paths, out=out, pipeline=pipeline)
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +223,7 @@ def test_hidden_state_estimators_are_not_saved_as_gates(estimator):
     from mice_exp.gate.artifact import unsupported
 
     cfg = as_plain(compose_config([f"estimator={estimator}"]))
-    assert unsupported(cfg).startswith(f"estimator={estimator}: it reads the LLM's last_token hidden states")
+    assert unsupported(cfg["features"], cfg["estimator"]).startswith(f"estimator={estimator}: it reads the LLM's last_token hidden states")
 
 
 @pytest.mark.parametrize("item, message", [
@@ -263,13 +264,13 @@ def test_a_run_without_tracking_keeps_its_gate_in_the_cache(fitted):
     from mice_exp.tracking import NullRun
 
     _, estimator, fs, run = fitted
-    saved = save_run_gate(run.cfg, run.paths, read_stage(run.out), fs, estimator, NullRun())
+    saved = save_run_gate(run.pipeline, read_stage(run.out), fs, estimator, NullRun())
     folder = Path(saved["folder"])
     assert folder.parent == run.paths.cache / "gates" and read_spec(folder)["columns"] == fs.columns
-    assert save_run_gate(run.cfg, run.paths, read_stage(run.out), fs, None, NullRun()) == {}  # loao: no single model
-    p_true = tiny_cfg("estimator=p_true")
-    assert save_run_gate(p_true, run.paths, read_stage(run.out), fs, estimator, NullRun()) == {}  # needs a source the gate lacks
-    assert save_run_gate(tiny_cfg("gate.save=false"), run.paths, read_stage(run.out), fs, estimator, NullRun()) == {}
+    assert save_run_gate(run.pipeline, read_stage(run.out), fs, None, NullRun()) == {}  # loao: no single model
+    for unsaved in ("estimator=p_true", "gate.save=false"):  # p_true: a source the gate lacks
+        pipeline = Pipeline.from_config(tiny_cfg(unsaved), run.paths)
+        assert save_run_gate(pipeline, read_stage(run.out), fs, estimator, NullRun()) == {}
 
 
 @pytest.mark.slow
@@ -280,7 +281,7 @@ def test_a_run_logs_and_registers_its_gate_and_every_uri_loads_it(fitted, tmp_pa
     _, estimator, fs, run = fitted
     tracking = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "gate-test", "enabled": True}
     with tracked_run(tracking, tmp_path, run_name="gate") as tracker:
-        saved = save_run_gate(run.cfg, run.paths, read_stage(run.out), fs, estimator, tracker)
+        saved = save_run_gate(run.pipeline, read_stage(run.out), fs, estimator, tracker)
     name = "mice_exp-gate-tiny_random-cosine-mice_lr"
     assert saved == {"uri": f"runs:/{tracker.run_id}/gate", "model": name, "version": 1}
     for source in (saved["uri"], f"models:/{name}/1", f"models:/{name}/latest"):
@@ -290,7 +291,7 @@ def test_a_run_logs_and_registers_its_gate_and_every_uri_loads_it(fitted, tmp_pa
     with pytest.raises(UserError, match="model=runs:/nope/gate: MLflow could not provide it"):
         Gate.load("runs:/nope/gate", tracking=tracking, root=tmp_path)
     with tracked_run(tracking, tmp_path, run_name="again") as again:  # the same pipeline run a second time
-        assert save_run_gate(run.cfg, run.paths, read_stage(run.out), fs, estimator, again)["version"] == 2
+        assert save_run_gate(run.pipeline, read_stage(run.out), fs, estimator, again)["version"] == 2
     assert Gate.load(f"models:/{name}/latest", tracking=tracking, root=tmp_path).spec["provenance"]["run_id"] == again.run_id
 
 

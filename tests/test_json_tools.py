@@ -16,7 +16,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from mice_exp.compose import as_plain, compose_config
-from mice_exp.config import check_data, check_values
+from mice_exp.config import check_values
 from mice_exp.data import select_examples
 from mice_exp.data.bfcl import NO_CALL_DEMO, load_bfcl
 from mice_exp.data.records import Example, format_demo
@@ -25,9 +25,11 @@ from mice_exp.errors import UserError
 from mice_exp.llm.capture import truncate
 from mice_exp.llm.prompt import PromptBuilder, renders_tools
 from mice_exp.llm.records import read_records_file, read_stage
-from mice_exp.llm.stage import prompt_key, run_llm_stage, stage_key
+from mice_exp.llm.stage import prompt_key
 from mice_exp.llm.toolcall import FORMATS, REACT, call_format, content_mask
 from mice_exp.paths import PACKAGE_ROOT, Paths
+from mice_exp.pipeline import Pipeline
+from tests.conftest import stage_of
 
 REAL_STE = PACKAGE_ROOT / SHARED_RELATIVE_PATH
 STE_TINY = PACKAGE_ROOT / "tests" / "fixtures" / "ste_tiny.json"
@@ -140,8 +142,8 @@ def test_a_jsonl_file_s_tools_become_schemas_or_one_line_before_the_llm_loads():
     assert examples["jsonl/add_date/b"].schemas[0]["function"]["name"] == "add_date"  # STE-style text
     with pytest.raises(UserError, match=r"^example jsonl/add_date/c: its tools are free text without 'API_name:' "
                                         r"lines; prompt.tools=schemas expects"):
-        check_data(cfg, paths)
-    check_data(as_plain(compose_config(["dataset=jsonl", "dataset.path=tests/fixtures/tools.jsonl"])), paths)
+        Pipeline.from_config(cfg, paths).check_data()
+    Pipeline.from_config(compose_config(["dataset=jsonl", "dataset.path=tests/fixtures/tools.jsonl"]), paths).check_data()
 
 
 # --- reply formats ----------------------------------------------------------------------
@@ -309,7 +311,7 @@ def test_per_demo_tools_offer_the_query_its_own_tools_alone(tokenizer):
 def stages(tmp_path_factory, tiny_llm):
     tmp = tmp_path_factory.mktemp("json_tools")
     paths = Paths(root=PACKAGE_ROOT, cache=tmp)
-    return {name: run_llm_stage(tiny_cfg(f"prompt={name}"), paths, llm=tiny_llm) for name in ("ste", "json_tools")}, paths
+    return {name: stage_of(tiny_cfg(f"prompt={name}"), paths, tiny_llm).run() for name in ("ste", "json_tools")}, paths
 
 
 def test_a_json_tools_stage_writes_records_of_the_same_schema(stages, tiny_llm):
@@ -338,10 +340,9 @@ def test_ste_keeps_its_keys_and_json_tools_gets_its_own(stages):
     assert (ste["prompt"]["tools"], ste["prompt"]["format"]) == ("text", "react")
     before = {k: v for k, v in ste["prompt"].items() if k not in ("tools", "format")}  # the prompt before the formats
     assert prompt_key(ste["prompt"]) == prompt_key(before) and not {"tools", "format"} & set(prompt_key(ste["prompt"]))
-    selection = select_examples(ste["dataset"], paths)
-    key = stage_key(tools, selection, "cpu")
+    key = stage_of(tools, paths).key("cpu")
     assert (key["prompt"]["tools"], key["prompt"]["format"]) == ("schemas", "tool_call")
-    assert stage_key(ste, selection, "cpu")["prompt"] == prompt_key(before)
+    assert stage_of(ste, paths).key("cpu")["prompt"] == prompt_key(before)
 
 
 def test_a_records_file_of_another_format_is_refused_in_one_line():

@@ -9,10 +9,9 @@ import pytest
 
 import mice_exp.llm.stage as stage
 from mice_exp.compose import as_plain, compose_config
-from mice_exp.data import select_examples
 from mice_exp.llm.records import read_stage
-from mice_exp.llm.stage import run_llm_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
+from tests.conftest import stage_of
 
 FIXTURE = PACKAGE_ROOT / "tests" / "fixtures" / "ste_tiny.json"
 
@@ -30,7 +29,7 @@ def paths_in(tmp: Path) -> Paths:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, tiny_llm):
     tmp = tmp_path_factory.mktemp("full")
-    return run_llm_stage(tiny_cfg(), paths_in(tmp), llm=tiny_llm)
+    return stage_of(tiny_cfg(), paths_in(tmp), tiny_llm).run()
 
 
 def test_every_example_gets_a_record_with_layer_strings(finished, tiny_llm):
@@ -56,11 +55,11 @@ def test_a_killed_run_resumes_to_identical_records(finished, tmp_path, tiny_llm,
 
     monkeypatch.setattr(stage, "generate_batch", dies_on_second_batch)
     with pytest.raises(KeyboardInterrupt):
-        run_llm_stage(tiny_cfg(), paths_in(tmp_path), llm=tiny_llm)
+        stage_of(tiny_cfg(), paths_in(tmp_path), tiny_llm).run()
     partial = next((tmp_path / "llm").iterdir())
     assert len(list(partial.glob("shard-*.jsonl"))) == 1 and not (partial / "done.json").exists()
     monkeypatch.setattr(stage, "generate_batch", real)
-    resumed = run_llm_stage(tiny_cfg(), paths_in(tmp_path), llm=tiny_llm)
+    resumed = stage_of(tiny_cfg(), paths_in(tmp_path), tiny_llm).run()
     assert resumed.name == finished.name  # same key
     assert read_stage(resumed).records == read_stage(finished).records
     for name in ("mean_pool", "last_token", "first_token"):
@@ -70,16 +69,13 @@ def test_a_killed_run_resumes_to_identical_records(finished, tmp_path, tiny_llm,
 def test_a_finished_stage_is_reused_not_recomputed(finished, tiny_llm, monkeypatch):
     monkeypatch.setattr(stage, "generate_batch", lambda *a, **k: pytest.fail("generated again"))
     cache = finished.parent.parent
-    assert run_llm_stage(tiny_cfg(), paths_in(cache), llm=tiny_llm) == finished
+    assert stage_of(tiny_cfg(), paths_in(cache), tiny_llm).run() == finished
 
 
 def test_estimator_settings_do_not_change_the_key(finished):
     cache = finished.parent.parent
-    cfg = tiny_cfg(**{"estimator": "hre", "risk": "high"})
-    selection = select_examples(cfg["dataset"], paths_in(cache))
-    assert stage.stage_dir(cfg, paths_in(cache), selection)[0] == finished
-    other = tiny_cfg(**{"prompt.k_demos": 1})
-    assert stage.stage_dir(other, paths_in(cache), selection)[0] != finished
+    assert stage_of(tiny_cfg(**{"estimator": "hre", "risk": "high"}), paths_in(cache)).folder()[0] == finished
+    assert stage_of(tiny_cfg(**{"prompt.k_demos": 1}), paths_in(cache)).folder()[0] != finished
 
 
 
@@ -88,7 +84,9 @@ def test_max_per_api_changes_the_key_only_when_set(finished):
     """Caches written before ``dataset.max_per_api`` existed keep their key while it is null."""
     cfg = tiny_cfg()
     without = {**cfg, "dataset": {k: v for k, v in cfg["dataset"].items() if k != "max_per_api"}}
-    selection = select_examples(cfg["dataset"], paths_in(finished.parent.parent))
-    assert stage.stage_key(cfg, selection, "cpu") == stage.stage_key(without, selection, "cpu")
     limited = {**cfg, "dataset": {**cfg["dataset"], "max_per_api": 2}}
-    assert stage.stage_key(limited, selection, "cpu") != stage.stage_key(cfg, selection, "cpu")
+    paths = paths_in(finished.parent.parent)
+    selection = stage_of(cfg, paths).selection
+    key = {name: stage_of(c, paths, selection=selection).key("cpu") for name, c in
+           (("set", cfg), ("without", without), ("limited", limited))}
+    assert key["set"] == key["without"] != key["limited"]

@@ -39,6 +39,20 @@ def test_run_logs_a_finished_mlflow_run_with_table_metrics_and_artifacts(tmp_pat
     assert "figures/risk_coverage.png" in {a.path for a in client.list_artifacts(result["run_id"], "figures")}
 
 
+def test_a_fully_cached_run_loads_no_llm(tmp_path, monkeypatch):
+    """The second run of a config reads the LLM stage, its confidence sources (here a feature column) and
+    the feature view from their caches: every loader of a model fails if it is called."""
+    from mice_exp.llm import model
+
+    args = overrides(tmp_path) + ["sources.use=[p_true]", "features.sources=[p_true]", "tracking.enabled=false",
+                                  "permutations=0"]
+    first = run(compose_config(args))
+    for loader in ("load_llm", "load_hf"):
+        monkeypatch.setattr(model, loader, lambda *a, name=loader, **k: pytest.fail(f"{name}: a model was loaded"))
+    again = run(compose_config(args))
+    assert again["llm_cache"] == first["llm_cache"] and again["objective"] == first["objective"]
+
+
 def cli(monkeypatch, capsys, args: list[str]) -> tuple[int, str]:
     """Run ``mice-exp ARGS`` in this process; return its exit status and stderr."""
     from mice_exp.__main__ import main
@@ -114,7 +128,7 @@ def test_hidden_state_baselines_run_end_to_end_as_the_estimator_and_as_reference
 
 
 def test_the_llm_summary_gives_each_categorys_accuracy_when_there_are_few():
-    from mice_exp.run import llm_summary
+    from mice_exp.report.job import llm_summary
 
     records = [{"api": api, "label": label, "split": "test", "parse_error": None}
                for api, label in [("simple_python", 1), ("simple_python", 0), ("multiple", 0), ("multiple", 0)]]
@@ -126,7 +140,7 @@ def test_the_llm_summary_gives_each_categorys_accuracy_when_there_are_few():
 
 
 def test_a_table_on_a_handful_of_test_calls_says_it_cannot_separate_the_estimators(tmp_path):
-    from mice_exp.run import small_test_note
+    from mice_exp.report.job import small_test_note
 
     assert small_test_note(200, "smollm2_135m", tmp_path) is None
     note = small_test_note(12, "smollm2_135m", tmp_path)

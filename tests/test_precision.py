@@ -50,8 +50,8 @@ def test_an_unknown_dtype_is_one_line():
 def test_auto_and_float32_share_one_llm_stage_cache():
     from mice_exp.compose import as_plain, compose_config
     from mice_exp.data import Selection
-    from mice_exp.llm.stage import stage_key
+    from tests.conftest import stage_of
 
-    key = {d: stage_key(as_plain(compose_config([f"llm.dtype={d}"])), Selection([], {}), "cpu")
+    key = {d: stage_of(as_plain(compose_config([f"llm.dtype={d}"])), selection=Selection([], {})).key("cpu")
            for d in ("auto", "float32", "bfloat16")}
     assert key["auto"] == key["float32"] != key["bfloat16"]

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,8 +17,8 @@ from mice_exp.errors import UserError
 from mice_exp.features import build_features
 from mice_exp.llm.publish import publish_records
 from mice_exp.llm.records import read_records_file, read_stage
-from mice_exp.llm.stage import run_llm_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
+from tests.conftest import stage_of
 from tests.test_llm_stage import FIXTURE, tiny_cfg
 
 
@@ -25,9 +26,8 @@ from tests.test_llm_stage import FIXTURE, tiny_cfg
 def published(tmp_path_factory, tiny_llm):
     """A tiny stage cache and the records file published from it."""
     tmp = tmp_path_factory.mktemp("records")
-    cfg = tiny_cfg() | {"paths": {"root": str(PACKAGE_ROOT), "cache": str(tmp / "cache")}}
-    out = run_llm_stage(cfg, Paths(root=PACKAGE_ROOT, cache=tmp / "cache"), llm=tiny_llm)
-    return out, publish_records(cfg, tmp / "ste-tiny.jsonl.gz")
+    stage = stage_of(tiny_cfg(), Paths(root=PACKAGE_ROOT, cache=tmp / "cache"), tiny_llm)
+    return stage.run(), publish_records(stage, {"use": []}, tmp / "ste-tiny.jsonl.gz")
 
 
 def test_a_records_file_holds_the_stage_records_without_activations(published):
@@ -55,8 +55,8 @@ def test_a_records_file_names_the_commit_that_wrote_it(published):
 
 def test_the_same_records_give_the_same_bytes(published, tmp_path):
     out, path = published
-    cfg = tiny_cfg() | {"paths": {"root": str(PACKAGE_ROOT), "cache": str(out.parents[1])}}
-    again = publish_records(cfg, tmp_path / "again.jsonl.gz")
+    again = publish_records(stage_of(tiny_cfg(), Paths(root=PACKAGE_ROOT, cache=out.parents[1])), {"use": []},
+                            tmp_path / "again.jsonl.gz")
     assert again.read_bytes() == path.read_bytes()
 
 
@@ -152,25 +152,26 @@ def test_a_run_from_records_loads_no_llm(published, tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "6"
 
 
-def _replay_cfg(published, cache: Path, **llm) -> dict:
-    cfg = tiny_cfg() | {"paths": {"root": str(PACKAGE_ROOT), "cache": str(cache)}}
-    return cfg | {"llm": cfg["llm"] | {"records": str(published[1])} | llm}
+def _replay_stage(published, cache: Path, **llm) -> Any:
+    """The stage of a run reading the published records file (no LLM loaded yet)."""
+    cfg = tiny_cfg()
+    return stage_of(cfg | {"llm": cfg["llm"] | {"records": str(published[1])} | llm}, Paths(root=PACKAGE_ROOT, cache=cache))
 
 
 def test_hidden_states_replayed_for_a_records_file_equal_the_stages(published, tmp_path, monkeypatch):
     """One teacher-forced forward per call gives the states the stage captured while generating."""
-    from mice_exp.llm import replay
+    from mice_exp.llm import model
+    from mice_exp.llm.replay import replay_activations
 
     out, path = published
-    cfg = _replay_cfg(published, tmp_path)
-    replayed = replay.replay_activations(cfg, Paths(root=PACKAGE_ROOT, cache=tmp_path), read_records_file(path))
+    replayed = replay_activations(_replay_stage(published, tmp_path), read_records_file(path))
     for name in ("first_token", "last_token", "mean_pool"):
         captured = read_stage(out).arrays(name)
         assert replayed[name].shape == captured.shape
         # batched KV-cached decoding vs one pass: float rounding only
         np.testing.assert_allclose(replayed[name], captured, rtol=1e-4, atol=1e-4 * np.abs(captured).max())
-    monkeypatch.setattr(replay, "load_hf", lambda *a: pytest.fail("replayed states are cached"))
-    again = replay.replay_activations(cfg, Paths(root=PACKAGE_ROOT, cache=tmp_path), read_records_file(path))
+    monkeypatch.setattr(model, "load_hf", lambda *a: pytest.fail("replayed states are cached"))
+    again = replay_activations(_replay_stage(published, tmp_path), read_records_file(path))
     np.testing.assert_array_equal(again["mean_pool"], replayed["mean_pool"])
 
 
@@ -188,15 +189,14 @@ def test_a_hidden_state_probe_runs_on_a_records_file(published, tmp_path):
 def test_states_are_replayed_only_by_the_llm_that_wrote_them_from_complete_records(published, tmp_path):
     from mice_exp.llm.replay import replay_activations
 
-    cfg = _replay_cfg(published, tmp_path, name="smollm2_135m")
     with pytest.raises(UserError, match="written by tiny_random, not llm=smollm2_135m") as error:
-        replay_activations(cfg, Paths(root=PACKAGE_ROOT, cache=tmp_path), read_records_file(published[1]))
+        replay_activations(_replay_stage(published, tmp_path, name="smollm2_135m"), read_records_file(published[1]))
     assert "\n" not in str(error.value)
     stripped = read_records_file(published[1])
     for record in stripped.records:
         del record["token_ids"]
     with pytest.raises(UserError, match="6 records lack 'token_ids', which replaying their hidden states needs"):
-        replay_activations(_replay_cfg(published, tmp_path), Paths(root=PACKAGE_ROOT, cache=tmp_path), stripped)
+        replay_activations(_replay_stage(published, tmp_path), stripped)
 
 
 def test_the_published_records_reproduce_the_committed_table1_rows(tmp_path):

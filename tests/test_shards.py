@@ -14,14 +14,13 @@ import pytest
 import torch
 
 import mice_exp.llm.stage as stage
-from conftest import cache_sharing_models
+from conftest import cache_sharing_models, stage_of
 from mice_exp.cache import read_json
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.config import check_config
 from mice_exp.errors import UserError
 from mice_exp.llm.records import ARRAYS, read_stage, shards
 from mice_exp.llm.shards import worker_threads
-from mice_exp.llm.stage import run_llm_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
 from mice_exp.run import run
 
@@ -52,7 +51,7 @@ def threads_of_a_worker_of_two():
 @pytest.fixture(scope="module")
 def one_worker(tmp_path_factory, tiny_llm) -> Path:
     """The stage computed by one worker, the reference every sharded run must equal."""
-    return run_llm_stage(tiny_cfg(), paths_in(tmp_path_factory.mktemp("one")), llm=tiny_llm)
+    return stage_of(tiny_cfg(), paths_in(tmp_path_factory.mktemp("one")), tiny_llm).run()
 
 
 def assert_same_stage(folder: Path, reference: Path) -> None:
@@ -105,7 +104,7 @@ def test_the_stage_starts_its_workers_itself_and_a_killed_one_resumes(one_worker
     cfg, paths = tiny_cfg("llm.shards=2"), paths_in(tmp_path)
     out = tmp_path / "llm" / one_worker.name
     with ThreadPoolExecutor(1) as pool:  # mice-exp stage=llm llm.shards=2, its worker 1 killed (OOM, scancel)
-        running = pool.submit(run_llm_stage, cfg, paths)
+        running = pool.submit(stage_of(cfg, paths).run)
         victim = None
         while victim is None and not running.done():
             victim = next((p for p in psutil.Process().children() if p.cmdline()[-2:] == [
@@ -122,7 +121,7 @@ def test_the_stage_starts_its_workers_itself_and_a_killed_one_resumes(one_worker
     assert [p.name for p in shards(out)] == ["shard-00000.jsonl", "shard-00002.jsonl"]  # worker 0's, kept
 
     first_log = (out / "workers" / "worker-0-of-2.log").read_text()
-    assert run_llm_stage(cfg, paths) == out  # the same command: only worker 1 restarts, computes batch 1
+    assert stage_of(cfg, paths).run() == out  # the same command: only worker 1 restarts, computes batch 1
     assert_same_stage(out, one_worker)
     assert "computing the LLM stage" in (out / "workers" / "worker-1-of-2.log").read_text()
     assert (out / "workers" / "worker-0-of-2.log").read_text() == first_log  # worker 0 had nothing left to do
@@ -142,6 +141,6 @@ def test_a_shard_setting_out_of_range_is_one_line(overrides, expected):
 
 def test_more_shards_than_batches_is_one_line_naming_both(tmp_path):
     with pytest.raises(UserError) as error:
-        run_llm_stage(tiny_cfg("llm.shards=4"), paths_in(tmp_path))
+        stage_of(tiny_cfg("llm.shards=4"), paths_in(tmp_path)).run()
     assert str(error.value) == ("llm.shards=4 is more than the stage's 3 batches (6 calls, llm.batch_size=2); "
                                 "expected llm.shards <= 3: fewer shards or a smaller llm.batch_size")

@@ -10,14 +10,13 @@ import torch
 
 import mice_exp.llm.sources as sources
 from mice_exp.cache import read_json, stable_hash
-from mice_exp.data import select_examples
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.sources import (Prompts, agreement, compute_sources, load_source, option_token_ids, parse_percent,
                                   prefill, semantic_confidence, shared_length, stage_sources)
-from mice_exp.llm.stage import run_llm_stage
+from mice_exp.pipeline import Pipeline
 from mice_exp.llm.toolcall import parse_call
 from tests.test_llm_stage import paths_in, tiny_cfg
 
@@ -65,10 +64,11 @@ def stage(tmp_path_factory, tiny_llm):
     tmp = tmp_path_factory.mktemp("sources")
     cfg = tiny_cfg()
     cfg["sources"]["consistency"]["samples"] = 3
-    out = run_llm_stage(cfg, paths_in(tmp), llm=tiny_llm)
-    examples = {e.id: e for e in select_examples(cfg["dataset"], paths_in(tmp)).examples}
+    llm_stage = Pipeline.from_config(cfg, paths_in(tmp), tiny_llm).stage
+    out = llm_stage.run()
+    examples = {e.id: e for e in llm_stage.selection.examples}
     return SimpleNamespace(cfg=cfg, out=out, examples=examples, demos=read_json(out / "demos.json"),
-                           records=read_stage(out).records, paths=paths_in(tmp))
+                           records=read_stage(out).records, paths=paths_in(tmp), of=llm_stage)
 
 
 def prompts_of(stage, llm, record):
@@ -79,7 +79,8 @@ def prompts_of(stage, llm, record):
 
 def test_every_source_is_computed_once_per_record_and_cached(stage, tiny_llm, monkeypatch):
     names = ["p_true", "verbalized", "consistency", "semantic_entropy", "acts"]
-    folders = compute_sources(names, stage.cfg, stage.out, stage.examples, stage.demos, stage.records, tiny_llm)
+    folders = compute_sources(names, stage.cfg["sources"], stage.of, stage.out, stage.examples, stage.demos,
+                              stage.records, tiny_llm)
     ids = [r["id"] for r in stage.records]
     for name in names:
         values = load_source(folders[name], ids)
@@ -89,14 +90,14 @@ def test_every_source_is_computed_once_per_record_and_cached(stage, tiny_llm, mo
     assert set(load_source(folders["acts"], ids)) <= {0.0, 1.0}
     for name in ("p_true", "verbalized", "sampled", "acts"):
         monkeypatch.setattr(sources, name, lambda *a, **k: pytest.fail("recomputed"))
-    assert compute_sources(names, stage.cfg, stage.out, stage.examples, stage.demos, stage.records, tiny_llm) == folders
+    assert compute_sources(names, stage.cfg["sources"], stage.of, stage.out, stage.examples, stage.demos,
+                           stage.records, tiny_llm) == folders
 
 
 def test_consistency_only_on_the_splits_it_is_asked_for(stage, tiny_llm):
-    cfg = {**stage.cfg, "sources": {**stage.cfg["sources"],
-                                    "consistency": {**stage.cfg["sources"]["consistency"], "splits": ["test"]}}}
-    folder = compute_sources(["consistency"], cfg, stage.out, stage.examples, stage.demos, stage.records,
-                             tiny_llm)["consistency"]
+    settings = {**stage.cfg["sources"], "consistency": {**stage.cfg["sources"]["consistency"], "splits": ["test"]}}
+    folder = compute_sources(["consistency"], settings, stage.of, stage.out, stage.examples, stage.demos,
+                             stage.records, tiny_llm)["consistency"]
     values = load_source(folder, [r["id"] for r in stage.records])
     is_test = np.array([r["split"] == "test" for r in stage.records])
     assert is_test.any() and np.isfinite(values[is_test]).all() and np.isnan(values[~is_test]).all()
@@ -106,10 +107,10 @@ def test_semantic_entropy_alone_later_reads_the_samples_consistency_read(stage, 
     """Both sampled sources come from one seeded set of samples per batch, so computing semantic entropy
     after self-consistency (another call, another cache folder) gives what computing both at once gives."""
     ids = [r["id"] for r in stage.records]
-    together = compute_sources(["consistency", "semantic_entropy"], stage.cfg, tmp_path / "both", stage.examples,
-                               stage.demos, stage.records, tiny_llm)
-    alone = compute_sources(["semantic_entropy"], stage.cfg, tmp_path / "alone", stage.examples, stage.demos,
-                            stage.records, tiny_llm)
+    together = compute_sources(["consistency", "semantic_entropy"], stage.cfg["sources"], stage.of, tmp_path / "both",
+                               stage.examples, stage.demos, stage.records, tiny_llm)
+    alone = compute_sources(["semantic_entropy"], stage.cfg["sources"], stage.of, tmp_path / "alone", stage.examples,
+                            stage.demos, stage.records, tiny_llm)
     np.testing.assert_array_equal(load_source(alone["semantic_entropy"], ids),
                                   load_source(together["semantic_entropy"], ids))
     assert together["semantic_entropy"].name != together["consistency"].name
@@ -151,19 +152,21 @@ def test_samples_share_one_prefill_and_match_plain_generation(tiny_llm):
     assert all(row.tolist() == plain[0].tolist() for row in shared)
 
 
-def test_a_records_file_gets_its_sources_without_its_llm_stage(stage, tiny_llm, tmp_path, monkeypatch):
+def test_a_records_file_gets_its_sources_without_its_llm_stage(stage, tiny_llm, tmp_path):
     """``mice-exp records llm.records=FILE sources.use=[...]``: demonstrations retrieved again, prompts
     checked against the records' hashes, values equal to those computed beside the stage."""
     from mice_exp.llm.publish import publish_records
 
-    monkeypatch.setattr(sources, "load_hf", lambda *a, **k: tiny_llm)
-    cfg = {**stage.cfg, "paths": {"root": str(stage.paths.root), "cache": str(stage.paths.cache)}}
-    plain = publish_records(cfg, tmp_path / "plain.jsonl.gz")
-    cfg = {**cfg, "llm": {**cfg["llm"], "records": str(plain)}, "sources": {**cfg["sources"], "use": ["p_true"]}}
-    with_p_true = publish_records(cfg, tmp_path / "with.jsonl.gz")
+    pipeline = Pipeline.from_config(stage.cfg, stage.paths, tiny_llm)
+    plain = publish_records(pipeline.stage, pipeline.sources, tmp_path / "plain.jsonl.gz")
+    cfg = {**stage.cfg, "llm": {**stage.cfg["llm"], "records": str(plain)},
+           "sources": {**stage.cfg["sources"], "use": ["p_true"]}}
+    pipeline = Pipeline.from_config(cfg, stage.paths, tiny_llm)  # its stage: the records file
+    with_p_true = publish_records(pipeline.stage, pipeline.sources, tmp_path / "with.jsonl.gz")
     from_file = read_records_file(with_p_true).sources["p_true"]
     assert read_records_file(with_p_true).key == read_records_file(plain).key  # its BERTScore cache still serves
-    beside = compute_sources(["p_true"], stage.cfg, stage.out, stage.examples, stage.demos, stage.records, tiny_llm)
+    beside = compute_sources(["p_true"], stage.cfg["sources"], stage.of, stage.out, stage.examples, stage.demos,
+                             stage.records, tiny_llm)
     assert from_file == pytest.approx(list(load_source(beside["p_true"], [r["id"] for r in stage.records])))
 
     swapped = read_records_file(plain)  # a near-tie in retrieval ordered the other way on the CPU that wrote them
@@ -177,4 +180,4 @@ def test_a_records_file_gets_its_sources_without_its_llm_stage(stage, tiny_llm, 
     tampered = read_records_file(plain)
     tampered.records[0]["prompt_hash"] = "0" * 16
     with pytest.raises(UserError, match="prompt rebuilt here differs"):
-        stage_sources(cfg, stage.paths, tampered, ["verbalized"])
+        stage_sources(pipeline.sources, pipeline.stage, tampered, ["verbalized"])

@@ -1,7 +1,7 @@
 """Feature views over the LLM stage's output (MICE BERTScore, ACUTE activations) + raw confidence.
 
 ``conf/features/<name>.yaml`` names its view class with ``_target_`` (:mod:`mice_exp.features.views`,
-scikit-learn transformers); :func:`make_view` builds it in one hop and :func:`build_features` fits it
+scikit-learn transformers); :func:`make_view` builds it in one hop and :func:`fit_features` fits it
 on the training rows and assembles the :class:`FeatureSet` the protocols read.
 """
 
@@ -66,25 +66,30 @@ SAVED_VIEW_TARGETS = {"bertscore": "mice_exp.features.views.BertScoreView",
                       "pca": "mice_exp.features.views.PcaView"}
 
 
-def make_view(cfg: Mapping[str, Any]) -> Any:
-    """The unfitted view a ``conf/features`` node names with ``_target_`` (one hop; ``view`` must be its own)."""
+def make_view(cfg: Mapping[str, Any], cache_dir: Path | None = None, seed: int = 0) -> Any:
+    """The unfitted view a ``conf/features`` node names with ``_target_`` (one hop; ``view`` must be its own), with
+    what the job sets besides the YAML where the view has it: ``cache_dir`` (where BERTScores are cached; None:
+    computed) and ``seed`` (the random state of PCA)."""
     from mice_exp.compose import build_object
     from mice_exp.features.views import FeatureView
 
     if "_target_" not in cfg and cfg.get("view") in SAVED_VIEW_TARGETS:
         cfg = {**cfg, "_target_": SAVED_VIEW_TARGETS[cfg["view"]]}
-    return build_object(cfg, "features", FeatureView, {"name": None, "view": "view"})
+    view = build_object(cfg, "features", FeatureView, {"name": None, "view": "view"})
+    runtime = {"random_state": seed, "cache_dir": None if cache_dir is None else str(cache_dir)}
+    return view.set_params(**{k: v for k, v in runtime.items() if k in view.get_params()})
 
 
 def build_features(cfg: Mapping[str, Any], stage: StageOutput, features_cache: Path | None, seed: int = 0,
                    sources: Mapping[str, np.ndarray] | None = None) -> FeatureSet:
-    """Fit the configured view (``conf/features``) on the training rows of an LLM-stage output and
-    transform every record; ``sources`` are the confidence sources computed for this run
-    (``features.sources`` names those appended as columns), ``seed`` the random state of views that
-    have one (PCA), ``features_cache`` where BERTScores are cached (None: not cached)."""
-    view = make_view(cfg)
-    runtime = {"random_state": seed, "cache_dir": None if features_cache is None else str(features_cache)}
-    view.set_params(**{k: v for k, v in runtime.items() if k in view.get_params()})
+    """:func:`fit_features` with the view a ``conf/features`` node describes (a gate's saved one)."""
+    return fit_features(make_view(cfg, features_cache, seed), stage, sources)
+
+
+def fit_features(view: Any, stage: StageOutput, sources: Mapping[str, np.ndarray] | None = None) -> FeatureSet:
+    """Fit ``view`` (unfitted, :func:`make_view`) on the training rows of an LLM-stage output and transform
+    every record; ``sources`` are the confidence sources computed for this run (the view's ``sources`` are
+    appended as columns)."""
     sources = dict(sources or {})
     stage = dataclasses.replace(stage, sources={**stage.sources, **sources})
     records = stage.records
@@ -92,7 +97,8 @@ def build_features(cfg: Mapping[str, Any], stage: StageOutput, features_cache: P
     X = view.fit(stage, rows=splits == "train").transform(stage)
     columns = list(view.get_feature_names_out())
     if X.shape[1] == 0:
-        raise UserError(f"features {cfg.get('name')!r} select no layer and no confidence; expected at least one feature")
+        raise UserError(f"features.layers={view.layers!r} with features.confidence={str(view.confidence).lower()} "
+                        "selects no column; expected at least one feature")
     scores = view.scores(stage) if view.view == "bertscore" and view.layers_ else None  # for the figures (cached)
     return FeatureSet(ids=[r["id"] for r in records], apis=np.array([r["api"] for r in records]), splits=splits,
                       labels=np.array([r["label"] for r in records]), confidence=np.array([r["raw_confidence"] for r in records]),

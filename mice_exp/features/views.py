@@ -33,6 +33,8 @@ class FeatureView(TransformerMixin, BaseEstimator):
     view: ClassVar[str]
     #: Record fields a published records file must hold for this view.
     record_fields: ClassVar[tuple[str, ...]] = ()
+    #: LLM-stage arrays (hidden states) its layers are read from; a records file has none (the run replays them).
+    arrays: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, layers: str | Sequence[int] = "all", confidence: bool = True, sources: Sequence[str] = ()):
         self.layers = layers
@@ -49,6 +51,10 @@ class FeatureView(TransformerMixin, BaseEstimator):
 
     def _block(self, stage: StageOutput) -> tuple[np.ndarray, list[str]]:
         raise NotImplementedError
+
+    def reads_states(self) -> bool:
+        """Whether fitting or transforming reads the LLM stage's hidden states (before any data is seen)."""
+        return bool(self.arrays) and self.layers != "none"
 
     # -- the transformer
     def validate(self) -> None:
@@ -118,6 +124,7 @@ class MeanPoolView(FeatureView):
     """ACUTE: each selected layer's activations mean-pooled over the generated call, side by side."""
 
     view = "mean_pool"
+    arrays = ("mean_pool",)
 
     def _block(self, stage: StageOutput) -> tuple[np.ndarray, list[str]]:
         return mean_pool(stage.arrays("mean_pool"), self.layers_)
@@ -127,6 +134,7 @@ class CosineView(FeatureView):
     """ACUTE: cosine similarity of each layer's pooled vector (layers 1..L-1) to the last layer's."""
 
     view = "cosine"
+    arrays = ("mean_pool",)
 
     def _layer_numbers(self, n_layers: int) -> list[int]:
         return list(range(1, n_layers))
@@ -140,6 +148,7 @@ class PcaView(FeatureView):
     fitted on the training rows only (``pcas_``: one scikit-learn PCA per layer)."""
 
     view = "pca"
+    arrays = ("mean_pool",)
 
     def __init__(self, layers: str | Sequence[int] = "all", confidence: bool = True, sources: Sequence[str] = (),
                  components: int = 10, random_state: int = 0):
@@ -148,8 +157,8 @@ class PcaView(FeatureView):
         self.random_state = random_state
 
     def _fit_block(self, stage: StageOutput, rows: np.ndarray) -> None:
-        pooled = stage.arrays("mean_pool")
         self.pcas_ = []
+        pooled = stage.arrays("mean_pool") if self.layers_ else None
         for i in self.layers_:
             x = pooled[rows, i - 1]
             if int(self.components) > min(x.shape):  # shrinking it would still be labelled pca<components>

@@ -89,25 +89,27 @@ def risk_entry(risk_cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {"name": str(risk_cfg["name"]), "tp": risk.tp, "fp": risk.fp, "tn": risk.tn, "fn": risk.fn, "tau": risk.tau}
 
 
-def unsupported(cfg: Mapping[str, Any]) -> str | None:
-    """Why a gate cannot rebuild this pipeline's inputs for a new query (None when it can)."""
-    view = cfg["features"]["view"]
+def unsupported(features: Mapping[str, Any], estimator: Mapping[str, Any] | None) -> str | None:
+    """Why a gate cannot rebuild the inputs of a pipeline with these ``features`` and ``estimator`` entries for
+    a new query (None when it can)."""
+    view = features["view"]
+    estimator = estimator or {}
     if view not in GATE_VIEWS:
         return (f"features.view={view!r}: its PCA is fitted on the training rows and not kept; "
                 f"expected one of {', '.join(GATE_VIEWS)}")
-    if (cfg.get("estimator") or {}).get("base"):
-        return (f"estimator={cfg['estimator']['key']}: a field correction holds a torch network, which a gate "
+    if estimator.get("base"):
+        return (f"estimator={estimator['key']}: a field correction holds a torch network, which a gate "
                 "does not save yet; expected an estimator without a base")
-    representation = ((cfg.get("estimator") or {}).get("model") or {}).get("representation")
+    representation = (estimator.get("model") or {}).get("representation")
     if representation:  # a field correction's representation was refused above, with its base
-        return (f"estimator={cfg['estimator']['key']}: it reads the LLM's {representation} hidden states, which a "
+        return (f"estimator={estimator['key']}: it reads the LLM's {representation} hidden states, which a "
                 "gate does not keep for new queries yet; expected an estimator on the confidence or the feature view")
-    source = (cfg.get("estimator") or {}).get("source", "raw")
+    source = estimator.get("source", "raw")
     if source != "raw":
         return (f"estimator.source={source!r}: a gate computes the raw confidence only, not the {source} source "
                 "(mice_exp.llm.sources); expected an estimator on the raw confidence or the feature view")
-    if cfg["features"].get("sources"):
-        return (f"features.sources={list(cfg['features']['sources'])}: a gate does not compute extra confidence "
+    if features.get("sources"):
+        return (f"features.sources={list(features['sources'])}: a gate does not compute extra confidence "
                 "sources; expected features without sources")
     return None
 
@@ -152,7 +154,7 @@ def save_gate(
     from mice_exp.llm.prompt import load_template
 
     features = dict(cfg["features"])
-    reason = unsupported(cfg)
+    reason = unsupported(cfg["features"], cfg.get("estimator"))
     if reason:
         raise UserError(f"cannot save this pipeline as a gate: {reason}")
     check_estimator(estimator, columns)

@@ -57,26 +57,35 @@ def _differences(saved: Mapping[str, Any], asked: Mapping[str, Any], keys: Seque
             for k in keys if _norm(saved.get(k)) != _norm(asked.get(k))]
 
 
+def _check_llm(saved: Mapping[str, Any], asked: Mapping[str, Any], where: str) -> None:
+    if saved.get("name") != asked.get("name"):
+        raise UserError(f"the gate {where} was saved for llm={saved.get('name')} ({saved.get('display')}), "
+                        f"but the config asks for llm={asked.get('name')}; expected a gate saved by a "
+                        f"{asked.get('name')} pipeline, or no llm override")
+    diff = _differences(saved, asked, LLM_IDENTITY, "llm")
+    if diff:
+        raise UserError(f"the gate {where} was saved by a different {saved.get('name')} setup: {diff[0]}; "
+                        "expected the LLM settings the gate was trained with")
+
+
+def _check_features(saved: Mapping[str, Any], asked: Mapping[str, Any], where: str) -> None:
+    diff = _differences(saved, asked, FEATURE_IDENTITY, "features")
+    diff += _differences(saved.get("encoder") or {}, asked.get("encoder") or {}, ENCODER_IDENTITY, "features.encoder")
+    if diff:
+        raise UserError(f"the gate {where} was saved for features={saved.get('name')} but the config asks for "
+                        f"features={asked.get('name')} ({diff[0]}); expected the gate's feature view")
+
+
+#: The parts of a pipeline a caller may expect of a gate, each compared with the gate's own by its check.
+PART_CHECKS = {"llm": _check_llm, "features": _check_features}
+
+
 def check_pipeline(spec: Mapping[str, Any], cfg: Mapping[str, Any], where: str,
                    parts: Sequence[str] = ("llm", "features")) -> None:
     """Refuse (one-line UserError) when the caller's config names another LLM or feature view."""
-    if "llm" in parts and "llm" in cfg:
-        saved, asked = spec["llm"], cfg["llm"]
-        if saved.get("name") != asked.get("name"):
-            raise UserError(f"the gate {where} was saved for llm={saved.get('name')} ({saved.get('display')}), "
-                            f"but the config asks for llm={asked.get('name')}; expected a gate saved by a "
-                            f"{asked.get('name')} pipeline, or no llm override")
-        diff = _differences(saved, asked, LLM_IDENTITY, "llm")
-        if diff:
-            raise UserError(f"the gate {where} was saved by a different {saved.get('name')} setup: {diff[0]}; "
-                            "expected the LLM settings the gate was trained with")
-    if "features" in parts and "features" in cfg:
-        saved, asked = spec["features"], cfg["features"]
-        diff = _differences(saved, asked, FEATURE_IDENTITY, "features")
-        diff += _differences(saved.get("encoder") or {}, asked.get("encoder") or {}, ENCODER_IDENTITY, "features.encoder")
-        if diff:
-            raise UserError(f"the gate {where} was saved for features={saved.get('name')} but the config asks for "
-                            f"features={asked.get('name')} ({diff[0]}); expected the gate's feature view")
+    for part in parts:
+        if part in cfg:
+            PART_CHECKS[part](spec[part], cfg[part], where)
 
 
 def _open_client(tracking: Mapping[str, Any] | str | None, root: Path | None):

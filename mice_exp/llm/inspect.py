@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from mice_exp.errors import UserError
-from mice_exp.llm.records import read_stage
-from mice_exp.llm.stage import run_llm_stage
-from mice_exp.paths import paths_from
+from mice_exp.llm.stage import LLMStage
 
 
 def _find(records: list[dict[str, Any]], target: str) -> dict[str, Any]:
@@ -20,9 +18,9 @@ def _find(records: list[dict[str, Any]], target: str) -> dict[str, Any]:
                     f"{sorted(by_id)[0]!r} or an index below {len(records)}")
 
 
-def layer_table(cfg: Mapping[str, Any], target: str, width: int = 160) -> str:
-    """Layer number and decoded string for every layer, the final output last."""
-    record = _find(read_stage(run_llm_stage(cfg, paths_from(cfg["paths"]))).records, target)
+def layer_table(stage: LLMStage, target: str, width: int = 160) -> str:
+    """Layer number and decoded string for every layer of one example of the LLM stage, the final output last."""
+    record = _find(stage.output().records, target)
     strings = record["layer_strings"] + [record["text"]]
     lines = [f"example {record['id']} ({'correct' if record['label'] else 'incorrect'}, "
              f"raw confidence {record['raw_confidence']:.3f})", f"{'layer':>5}  string"]

@@ -10,48 +10,44 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mice_exp.cache import read_json_if
-from mice_exp.llm.records import (publishable, read_records_file, read_records_header, read_stage, records_expect,
-                                  write_records_file)
-from mice_exp.paths import paths_from, resolve
+from mice_exp.llm.records import publishable, read_records_file, read_records_header, read_stage, write_records_file
+from mice_exp.llm.stage import LLMStage
 
 
-def default_path(cfg: Mapping[str, Any], root: Path) -> Path:
+def default_path(stage: LLMStage) -> Path:
     """``experiments/records/<dataset>-<llm>.jsonl.gz``."""
-    return root / "experiments" / "records" / f"{cfg['dataset']['name']}-{cfg['llm']['name']}.jsonl.gz"
+    return stage.paths.root / "experiments" / "records" / f"{stage.dataset['name']}-{stage.llm['name']}.jsonl.gz"
 
 
-def publish_records(cfg: Mapping[str, Any], path: Path | None = None) -> Path:
-    """Write the configured LLM stage's records (computing or resuming the stage if needed), or those of
-    the records file ``llm.records``, with every source in ``sources.use`` (computed if missing, which
-    loads the LLM) beside the sources the file already holds. Torch is imported only once there is work
-    for it: a records file from another LLM or data set is refused in a second, not after the import."""
-    paths = paths_from(cfg["paths"])
-    if cfg["llm"].get("records"):
-        stage = read_records_file(resolve(cfg["llm"]["records"], paths.root), cfg["dataset"]["name"],
-                                  expect=records_expect(cfg))
-        header = read_records_header(resolve(cfg["llm"]["records"], paths.root))
+def publish_records(stage: LLMStage, sources: Mapping[str, Any], path: Path | None = None) -> Path:
+    """Write the LLM stage's records (computing or resuming the stage if needed), or those of the records file
+    it reads (``llm.records``), with every source in ``sources.use`` (``sources``: conf/sources; computed if
+    missing, which loads the LLM) beside the sources the file already holds. Torch is imported only once
+    there is work for it: a records file from another LLM or data set is refused in a second, not after the
+    import."""
+    if stage.records_path is not None:
+        output = read_records_file(stage.records_path, stage.dataset["name"], expect=stage.made_with())
+        header = read_records_header(stage.records_path)
     else:
-        from mice_exp.llm.stage import run_llm_stage
-
-        out = run_llm_stage(cfg, paths)
-        stage = read_stage(out)
-        header = {"dataset": cfg["dataset"]["name"], "llm": cfg["llm"]["name"], "display": cfg["llm"]["display"],
-                  "n_layers": stage.info["n_layers"], "hidden_size": stage.info["hidden_size"],
+        out = stage.run()
+        output = read_stage(out)
+        header = {"dataset": stage.dataset["name"], "llm": stage.llm["name"], "display": stage.llm["display"],
+                  "n_layers": output.info["n_layers"], "hidden_size": output.info["hidden_size"],
                   "stage_key": read_json_if(out / "meta.json"), "stage_cache": out.name}
-    names = list(cfg["sources"]["use"])
+    names = list(sources["use"])
     computed: dict[str, Any] = {}
     if names:
         from mice_exp.llm.sources import stage_sources
 
-        computed = stage_sources(cfg, paths, stage, names)
+        computed = stage_sources(sources, stage, output, names)
     values = {n: [None if v != v else float(v) for v in vals] for n, vals in computed.items()}  # NaN -> null
-    values = {n: v for n, v in stage.sources.items() if n not in values} | values
+    values = {n: v for n, v in output.sources.items() if n not in values} | values
     records = [publishable(r) | ({"sources": {n: values[n][i] for n in values}} if values else {})
-               for i, r in enumerate(stage.records)]
-    what = ("sources " + ", ".join(computed) if computed else "a copy" if cfg["llm"].get("records") else "the stage")
+               for i, r in enumerate(output.records)]
+    what = ("sources " + ", ".join(computed) if computed else "a copy" if stage.records_path else "the stage")
     header = {k: v for k, v in header.items() if k not in ("format", "version")} | {
-        "examples": len(records), "sources": list(values), "written_by": written_by(header, paths.root, what)}
-    path = path or default_path(cfg, paths.root)
+        "examples": len(records), "sources": list(values), "written_by": written_by(header, stage.paths.root, what)}
+    path = path or default_path(stage)
     write_records_file(path, header, records)
     return path
 

@@ -13,7 +13,7 @@ import json
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -41,9 +41,9 @@ class StageOutput:
     """Records of one LLM stage (one per call, in a fixed order) and where they came from.
 
     ``key`` names the output for downstream caches (the stage folder's name, or the records
-    file's content hash); arrays come from ``folder`` (a stage cache) or ``pooled`` (in memory, as
-    the gate holds them); a records file has neither, but a run may give it ``replay``, called the
-    first time an array is read (:func:`mice_exp.llm.replay.replay_activations`: it loads the LLM).
+    file's content hash); arrays come from ``folder`` (a stage cache) or ``pooled`` (in memory: the gate's,
+    or a records file's states replayed by the run before anything reads them,
+    :func:`mice_exp.llm.replay.replay_activations`); a records file alone has neither.
     """
 
     records: list[dict[str, Any]]
@@ -52,7 +52,6 @@ class StageOutput:
     folder: Path | None = None
     pooled: dict[str, np.ndarray] | None = None
     sources: dict[str, list[Any]] = field(default_factory=dict)  # per-record values stored with the records
-    replay: Callable[[], dict[str, np.ndarray]] | None = None
 
     @property
     def ids(self) -> list[str]:
@@ -66,8 +65,6 @@ class StageOutput:
         """A pooled array [N, L, d] aligned with the records (stage caches only)."""
         if name not in ARRAYS:
             raise UserError(f"LLM-stage array {name!r}; expected one of {', '.join(ARRAYS)}")
-        if self.pooled is None and self.folder is None and self.replay is not None:
-            self.pooled = self.replay()
         if self.pooled is not None:
             return self.pooled[name]
         if self.folder is None:
@@ -145,7 +142,7 @@ def read_records_header(path: Path) -> dict[str, Any]:
 
 
 def made_with(header: Mapping[str, Any]) -> dict[str, Any]:
-    """What a records file's header says produced it: the LLM, the demonstration pool, the reply format and
+    """What a records file's header says produced it: the LLM, the demonstration pool, the reply format,
     where the demonstrations' tools are shown and how they are mixed (a header from before ``prompt.demo_pool``
     / ``prompt.format`` / ``prompt.demo_tools`` / ``prompt.demo_mix`` existed: ``all`` / ``react`` / ``pooled`` /
     ``similar``, the only ones there were; the stage key leaves those values out)."""
@@ -172,13 +169,6 @@ def _check_values(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
             if not ok:
                 raise UserError(f"llm.records={path}: line {line} ({record['id']!r}) has {name}="
                                 f"{record[name]!r}; expected {expected}")
-
-
-def records_expect(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """What a run's config says must have produced the records file it reads (:func:`made_with`)."""
-    return {"llm": cfg["llm"]["name"], "demo_pool": cfg["prompt"].get("demo_pool", "all"),
-            "format": cfg["prompt"].get("format", REACT.name), "demo_tools": cfg["prompt"].get("demo_tools", "pooled"),
-            "demo_mix": cfg["prompt"].get("demo_mix", "similar")}
 
 
 def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[str] = (),

@@ -12,7 +12,7 @@ cost of a prefill -- no decoding loop, no logit lens. Kept in
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -22,13 +22,12 @@ from tqdm.auto import tqdm
 from mice_exp.cache import read_npz, stable_hash, write_npz
 from mice_exp.llm.capture import layer_states
 from mice_exp.errors import UserError
-from mice_exp.llm.model import LLM, load_hf
+from mice_exp.llm.model import LLM
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import ARRAYS, StageOutput
-from mice_exp.llm.sources import derived_folder, record_prompts, records_context
-from mice_exp.llm.stage import FORMAT_DEFAULTS, prompt_key, shard_arrays
-from mice_exp.paths import Paths
+from mice_exp.llm.sources import record_prompts
+from mice_exp.llm.stage import FORMAT_DEFAULTS, LLMStage, prompt_key, shard_arrays
 
 METHOD = "teacher-forced-1"  # how states are replayed; part of their cache key
 NEEDS = ("token_ids", "n_demos", "prompt_hash")  # what a record must keep to be replayed
@@ -52,25 +51,25 @@ def replay_states(llm: LLM, prompt: Sequence[int], generated: Sequence[int]) -> 
     return torch.stack(captured, dim=1).cpu().numpy()
 
 
-def replay_activations(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput) -> dict[str, np.ndarray]:
+def replay_activations(stage: LLMStage, output: StageOutput) -> dict[str, np.ndarray]:
     """The pooled states (:data:`~mice_exp.llm.records.ARRAYS`, each [N, L, d]) of every record of a
-    records file, replayed where not cached (which loads the LLM)."""
-    llm_cfg = cfg["llm"]
-    wrote = stage.info.get("llm")
+    records file read by ``stage``, replayed where not cached: only then does the stage's LLM load."""
+    llm_cfg = stage.llm
+    wrote = output.info.get("llm")
     if wrote is not None and wrote != llm_cfg["name"]:
         raise UserError(f"llm.records={llm_cfg.get('records')} was written by {wrote}, not llm={llm_cfg['name']}; "
                         f"its hidden states can only be replayed by the LLM that generated it (expected llm={wrote})")
     for name in NEEDS:
-        missing = sum(name not in r for r in stage.records)
+        missing = sum(name not in r for r in output.records)
         if missing:
             raise UserError(f"llm.records={llm_cfg.get('records')}: {missing} records lack {name!r}, which replaying "
                             "their hidden states needs (expected a records file written by `mice-exp records`)")
     # every prompt setting but the formats at their defaults (the key kept demo_pool and no_call_note from the start)
-    key = {"method": METHOD, "prompt": prompt_key(cfg["prompt"], FORMAT_DEFAULTS), "source": llm_cfg["source"],
+    key = {"method": METHOD, "prompt": prompt_key(stage.prompt, FORMAT_DEFAULTS), "source": llm_cfg["source"],
            "dtype": resolve_dtype(llm_cfg.get("dtype", "float32"), llm_cfg.get("device", "cpu"))}
-    out = derived_folder(cfg, paths, stage) / f"activations-{stable_hash(key)}"
+    out = stage.derived_folder(output) / f"activations-{stable_hash(key)}"
     size = int(llm_cfg["batch_size"])
-    groups = [stage.records[lo:lo + size] for lo in range(0, len(stage.records), size)]
+    groups = [output.records[lo:lo + size] for lo in range(0, len(output.records), size)]
     out.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out / ".lock")):
         todo = [n for n in range(len(groups)) if not (out / f"shard-{n:05d}.npz").exists()]
@@ -78,11 +77,11 @@ def replay_activations(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput)
             pending = sum(len(groups[n]) for n in todo)
             log.info("%s keeps no activations: replaying %d calls with %s into %s", llm_cfg.get("records"),
                      pending, llm_cfg["name"], out)
-            _, examples, demos = records_context(cfg, paths, stage)
-            llm = load_hf(llm_cfg, paths.models)
-            builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
-            bar = tqdm(total=len(stage.records), initial=len(stage.records) - pending, desc=f"replay {llm_cfg['name']}",
-                       unit="call")
+            _, examples, demos = stage.context(output)
+            llm = stage.backend.forward_model()
+            builder = PromptBuilder.from_config(stage.prompt, llm.tokenizer)
+            bar = tqdm(total=len(output.records), initial=len(output.records) - pending,
+                       desc=f"replay {llm_cfg['name']}", unit="call")
             for n in todo:
                 states = [replay_states(llm, record_prompts(builder, examples, demos, r).original, r["token_ids"])
                           for r in groups[n]]

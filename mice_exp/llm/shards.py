@@ -25,7 +25,6 @@ from typing import Any, Mapping
 from tqdm.auto import tqdm
 
 from mice_exp.cache import write_json
-from mice_exp.data import select_examples
 from mice_exp.errors import UserError, expect
 from mice_exp.llm.records import shard_name, shards
 from mice_exp.paths import Paths
@@ -80,20 +79,10 @@ def worker_threads(count: int) -> int:
     return max(1, cores // count)
 
 
-def shard_note(cfg: Mapping[str, Any], paths: Paths, out: Path) -> str | None:
-    """What a run of one worker (``llm.shard``) prints once it is done: None when the stage is complete
-    (``done.json``), else how much of it is and what completes it."""
-    if (out / "done.json").exists():
-        return None
-    plan = ShardPlan.from_config(cfg["llm"], len(select_examples(cfg["dataset"], paths).examples))
-    return (f"llm.shard={plan.worker}: worker {plan.worker} of {plan.count} is done; {len(shards(out))} of the LLM "
-            f"stage's {plan.batches} batches are in {out}; the stage is complete once every "
-            f"llm.shard=0..{plan.count - 1} has run (then run without llm.shard)")
-
-
-def run_workers(cfg: Mapping[str, Any], paths: Paths, out: Path, plan: ShardPlan) -> None:
+def run_workers(settings: Mapping[str, Any], paths: Paths, out: Path, plan: ShardPlan) -> None:
     """Compute the stage in ``out`` with ``plan.count`` local worker processes at once, each with its share of
-    the cores and, when the LLM runs on CUDA, one of the visible GPUs (round robin), showing the stage's progress.
+    the cores and, when the LLM runs on CUDA, one of the visible GPUs (round robin), showing the stage's progress;
+    ``settings``: the stage's config groups (:meth:`mice_exp.llm.stage.LLMStage.settings`), each worker's start.
 
     Finished batches stay whatever happens, so a re-run resumes; a worker that fails is named in one line
     with its log (``out/workers/worker-i-of-N.log``).
@@ -103,9 +92,10 @@ def run_workers(cfg: Mapping[str, Any], paths: Paths, out: Path, plan: ShardPlan
 
     folder = out / "workers"
     spec = folder / "config.json"
-    write_json(spec, {"cfg": cfg, "root": str(paths.root), "cache": str(paths.cache)})
+    write_json(spec, {"stage": settings, "root": str(paths.root), "cache": str(paths.cache)})
+    llm = settings["llm"]
     threads = str(worker_threads(plan.count))
-    gpus = visible_gpus() if cfg["llm"].get("device", "cpu") in ("cuda", "auto") else []
+    gpus = visible_gpus() if llm.get("device", "cpu") in ("cuda", "auto") else []
     workers = plan.unfinished(out)
     logs = {i: folder / f"worker-{i}-of-{plan.count}.log" for i in workers}
     log.info("computing the LLM stage in %s with %d of its %d workers as local processes, %s threads each%s; logs "
@@ -119,7 +109,7 @@ def run_workers(cfg: Mapping[str, Any], paths: Paths, out: Path, plan: ShardPlan
             with open(path, "wb") as handle:
                 procs[i] = subprocess.Popen([sys.executable, "-m", "mice_exp.llm.shard_worker", str(spec), str(i)],
                                             stdout=handle, stderr=subprocess.STDOUT, env=env)
-        with tqdm(total=plan.batches, initial=len(shards(out)), desc=f"LLM {cfg['llm']['name']} x{plan.count}",
+        with tqdm(total=plan.batches, initial=len(shards(out)), desc=f"LLM {llm['name']} x{plan.count}",
                   unit="batch") as bar:
             while any(p.poll() is None for p in procs.values()):
                 time.sleep(POLL_S)

@@ -38,15 +38,13 @@ from transformers import DynamicCache
 from tqdm.auto import tqdm
 
 from mice_exp.cache import read_jsonl, stable_hash, write_jsonl
-from mice_exp.data import select_examples
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids, truncate
-from mice_exp.llm.model import LLM, load_hf
+from mice_exp.llm.model import LLM
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import SOURCES, StageOutput
-from mice_exp.llm.stage import prompt_key, retrieved_demos
+from mice_exp.llm.stage import LLMStage, prompt_key
 from mice_exp.llm.toolcall import CallFormat
-from mice_exp.paths import Paths
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 METHOD = "shared-prefix-1"  # how sources are computed; part of their cache key
@@ -201,10 +199,10 @@ def source_dir(llm_dir: Path, name: str, settings: Mapping[str, Any], prompt_cfg
     return llm_dir / f"source-{name}-{stable_hash(key)}"
 
 
-def _call_values(llm: LLM, cfg: Mapping[str, Any], prompts: Prompts, names: Sequence[str]) -> dict[str, Any]:
-    """Every named source of one call, from one prefill of the prefix its prompts share (and one set of
-    samples for those in :data:`SAMPLED`)."""
-    settings = cfg["sources"]
+def _call_values(llm: LLM, settings: Mapping[str, Any], llm_settings: Mapping[str, Any], prompts: Prompts,
+                 names: Sequence[str]) -> dict[str, Any]:
+    """Every named source of one call (``settings``: conf/sources; ``llm_settings``: conf/llm, the samples'
+    budget), from one prefill of the prefix its prompts share (and one set of samples for those in :data:`SAMPLED`)."""
     wanted = {"p_true": lambda: prompts.followup(settings["p_true"]["question"]),
               "verbalized": lambda: prompts.followup(settings["verbalized"]["question"]),
               "acts": lambda: prompts.with_note(settings["acts"]["instruction"]),
@@ -228,24 +226,32 @@ def _call_values(llm: LLM, cfg: Mapping[str, Any], prompts: Prompts, names: Sequ
         else:
             values |= sampled(llm, cache, prompt, prompts.record, int(settings["consistency"]["samples"]),
                               float(settings["consistency"]["temperature"]),
-                              sample_budget(prompts.record, settings["consistency"], cfg["llm"]), fmt)
+                              sample_budget(prompts.record, settings["consistency"], llm_settings), fmt)
     return {name: values[name] for name in names}
 
 
-def compute_sources(names: Sequence[str], cfg: Mapping[str, Any], llm_dir: Path, examples: Mapping[str, Any],
-                    demos: Mapping[str, list[str]], records: list[dict[str, Any]], llm: LLM) -> dict[str, Path]:
-    """Compute the named sources for every record (resuming finished batches); return their folders.
+def source_folders(names: Sequence[str], settings: Mapping[str, Any], prompt: Mapping[str, Any],
+                   llm_dir: Path) -> dict[str, Path]:
+    """Each named source's cache folder beside an LLM stage, in computing order (an unknown name is one line)."""
+    unknown = [n for n in names if n not in SOURCES]
+    if unknown:
+        raise UserError(f"sources.use lists {unknown}; expected some of {', '.join(SOURCES)}")
+    return {n: source_dir(llm_dir, n, settings_of(settings, n), prompt) for n in ORDER if n in names}
+
+
+def compute_sources(names: Sequence[str], settings: Mapping[str, Any], stage: LLMStage, llm_dir: Path,
+                    examples: Mapping[str, Any], demos: Mapping[str, list[str]], records: list[dict[str, Any]],
+                    llm: LLM) -> dict[str, Path]:
+    """Compute the named sources (``settings``: conf/sources) for every record of ``stage``, whose prompt and
+    batches they follow (resuming finished batches); return their folders.
 
     A source whose ``splits`` setting lists splits (self-consistency: k generations per call) is
     computed for those records only; the others are missing (None).
     """
-    unknown = [n for n in names if n not in SOURCES]
-    if unknown:
-        raise UserError(f"sources.use lists {unknown}; expected some of {', '.join(SOURCES)}")
-    names = [n for n in ORDER if n in names]
-    folders = {n: source_dir(llm_dir, n, settings_of(cfg["sources"], n), cfg["prompt"]) for n in names}
-    size = int(cfg["llm"]["batch_size"])
-    builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
+    folders = source_folders(names, settings, stage.prompt, llm_dir)
+    names = list(folders)
+    size = int(stage.llm["batch_size"])
+    builder = PromptBuilder.from_config(stage.prompt, llm.tokenizer)
     with ExitStack() as stack:
         for folder in folders.values():
             folder.mkdir(parents=True, exist_ok=True)
@@ -254,12 +260,13 @@ def compute_sources(names: Sequence[str], cfg: Mapping[str, Any], llm_dir: Path,
             todo = [name for name in names if not (folders[name] / f"shard-{n:05d}.jsonl").exists()]
             if not todo:
                 continue
-            torch.manual_seed(int(cfg["sources"]["consistency"]["seed"]) + n)
+            torch.manual_seed(int(settings["consistency"]["seed"]) + n)
             rows: dict[str, list[dict[str, Any]]] = {name: [] for name in todo}
             for record in records[lo:lo + size]:
-                mine = [name for name in todo if record["split"] in (settings_of(cfg["sources"], name).get("splits")
+                mine = [name for name in todo if record["split"] in (settings_of(settings, name).get("splits")
                                                                        or [record["split"]])]
-                values = _call_values(llm, cfg, record_prompts(builder, examples, demos, record), mine) if mine else {}
+                values = (_call_values(llm, settings, stage.llm, record_prompts(builder, examples, demos, record), mine)
+                          if mine else {})
                 for name in todo:
                     rows[name].append({"id": record["id"], "value": values.get(name)})
             for name in todo:
@@ -273,28 +280,6 @@ def load_source(folder: Path, ids: Sequence[str]) -> np.ndarray:
     return np.array([np.nan if values.get(i) is None else values[i] for i in ids], dtype=np.float64)
 
 
-def derived_folder(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput) -> Path:
-    """Where the caches derived from a stage live: its own folder, or for a records file
-    ``<cache>/llm/<llm>-records-<sha>/``."""
-    return stage.folder or paths.llm / f"{cfg['llm']['name']}-{stage.key}"
-
-
-def records_context(cfg: Mapping[str, Any], paths: Paths,
-                    stage: StageOutput) -> tuple[Path, dict[str, Any], dict[str, list[str]]]:
-    """Where a stage's derived caches live, its examples by id and each one's retrieved demonstrations
-    (for a records file retrieved again there; each rebuilt prompt is then checked against its
-    record's hash, :class:`Prompts`)."""
-    folder = derived_folder(cfg, paths, stage)
-    selection = select_examples(cfg["dataset"], paths)
-    demos = retrieved_demos(folder, cfg, selection)
-    examples = {e.id: e for e in selection.examples}
-    missing = [r["id"] for r in stage.records if r["id"] not in examples]
-    if missing:
-        raise UserError(f"{len(missing)} records (e.g. {missing[0]}) are not in this run's dataset selection; "
-                        "expected the records' own dataset settings")
-    return folder, examples, demos
-
-
 def record_prompts(builder: PromptBuilder, examples: Mapping[str, Any], demos: Mapping[str, list[str]],
                    record: Mapping[str, Any]) -> Prompts:
     """The prompts of one record, with the demonstrations its prompt kept (``n_demos``)."""
@@ -302,10 +287,15 @@ def record_prompts(builder: PromptBuilder, examples: Mapping[str, Any], demos: M
     return Prompts(builder, examples[record["id"]], kept, record)
 
 
-def stage_sources(cfg: Mapping[str, Any], paths: Paths, stage: StageOutput, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """The named sources of every record of an LLM stage or a records file, computed (which loads the
-    LLM) where not cached. A records file's are cached in ``<cache>/llm/<llm>-records-<sha>/`` beside the
-    demonstrations retrieved again for them (each prompt is checked against its record's hash)."""
-    folder, examples, demos = records_context(cfg, paths, stage)
-    folders = compute_sources(names, cfg, folder, examples, demos, stage.records, load_hf(cfg["llm"], paths.models))
-    return {name: load_source(folders[name], stage.ids) for name in names}
+def stage_sources(settings: Mapping[str, Any], stage: LLMStage, output: StageOutput,
+                  names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The named sources (``settings``: conf/sources) of every record of ``output``, the stage's records or a
+    records file's, computed where not cached: only then does the stage's LLM load. A records file's are
+    cached in ``<cache>/llm/<llm>-records-<sha>/`` beside the demonstrations retrieved again for them (each
+    prompt is checked against its record's hash)."""
+    folders = source_folders(names, settings, stage.prompt, stage.derived_folder(output))
+    batches = range(-(-len(output.records) // int(stage.llm["batch_size"])))
+    if not all((folder / f"shard-{n:05d}.jsonl").exists() for folder in folders.values() for n in batches):
+        folder, examples, demos = stage.context(output)
+        compute_sources(names, settings, stage, folder, examples, demos, output.records, stage.backend.forward_model())
+    return {name: load_source(folders[name], output.ids) for name in names}

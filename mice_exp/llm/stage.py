@@ -14,12 +14,11 @@ computing a share of the batches each end with them too.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeVar
-
 import logging
+from collections import Counter
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeVar
 
 import numpy as np
 from filelock import FileLock
@@ -29,38 +28,22 @@ from mice_exp.cache import (read_intact, read_json, read_jsonl, read_npz, stable
                             write_jsonl, write_npz)
 from mice_exp.data import Example, Selection, demo_pool, select_examples
 from mice_exp.data.labels import call_expected, is_correct
-from mice_exp.data.retrieval import SentenceEncoder, rank_demos
-from mice_exp.llm.capture import Generation
+from mice_exp.errors import UserError
 from mice_exp.llm.headroom import Headroom
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import Prompt, PromptBuilder
-from mice_exp.llm.records import read_stage, shard_name, shards, summarise
+from mice_exp.llm.records import StageOutput, read_records_file, read_stage, shard_name, shards, summarise
 from mice_exp.llm.shards import ShardPlan, run_workers
 from mice_exp.llm.toolcall import REACT, CallFormat, content_mask
-from mice_exp.paths import Paths
+from mice_exp.paths import Paths, resolve
+
+if TYPE_CHECKING:  # annotations only: the capture (torch) loads with the backend
+    from mice_exp.llm.capture import Generation
 
 K = TypeVar("K")
 STAGE_VERSION = 1
 log = logging.getLogger(__name__)
 LLM_KEYS = ("source", "dtype", "batch_size", "max_new_tokens", "context_window", "store_token_states")
-
-
-def stage_key(cfg: Mapping[str, Any], selection: Selection, device: str) -> dict[str, Any]:
-    """Everything that changes the stage's output, and nothing else."""
-    return {
-        "version": STAGE_VERSION,
-        # max_per_api only when set: caches written before it existed keep their keys; no_call_note is only
-        # prompt.no_call_note's default, hashed there
-        "dataset": {k: v for k, v in cfg["dataset"].items()
-                    if k not in ("path", "url", "no_call_note") and not (k == "max_per_api" and v is None)},
-        "examples": stable_hash([(e.id, e.query, e.tools, e.demo) for e in selection.examples]),
-        "splits": stable_hash(sorted(selection.splits.items())),
-        "retrieval": dict(cfg["retrieval"]),
-        "prompt": prompt_key(cfg["prompt"]),
-        "llm": {k: cfg["llm"][k] for k in LLM_KEYS if k in cfg["llm"]}
-        | {"device": device, "dtype": resolve_dtype(cfg["llm"].get("dtype", "float32"), device)}
-        | backend_key(cfg["llm"]),
-    }
 
 
 def backend_key(llm: Mapping[str, Any]) -> dict[str, Any]:
@@ -84,13 +67,6 @@ PROMPT_DEFAULTS = {"demo_pool": "all", "no_call_note": None} | FORMAT_DEFAULTS
 def prompt_key(prompt: Mapping[str, Any], defaults: Mapping[str, Any] = PROMPT_DEFAULTS) -> dict[str, Any]:
     """The prompt settings a key hashes: those at their ``defaults`` value left out."""
     return {k: v for k, v in prompt.items() if not (k in defaults and v == defaults[k])}
-
-
-def stage_dir(cfg: Mapping[str, Any], paths: Paths, selection: Selection) -> tuple[Path, dict[str, Any]]:
-    from mice_exp.llm.model import resolve_device
-
-    key = stage_key(cfg, selection, resolve_device(cfg["llm"].get("device", "cpu")).type)
-    return paths.llm / f"{cfg['llm']['name']}-{stable_hash(key)}", key
 
 
 def make_record(example: Example, split: str, prompt: Prompt, gen: Generation, lens_text: list[str],
@@ -154,62 +130,231 @@ def run_batch(llm: Any, batch: Sequence[K], examples: Mapping[K, Example], split
     return records, shard_arrays([g.states for g in gens], store_tokens)
 
 
-def retrieved_demos(out: Path, cfg: Mapping[str, Any], selection: Selection) -> dict[str, list[str]]:
-    """Each example's ``prompt.k_demos`` most similar pool examples' ids (``prompt.demo_pool``), retrieved
-    once and kept in ``out/demos.json`` (under a lock: workers of one stage started at once retrieve once)."""
-    k, pool_name = int(cfg["prompt"]["k_demos"]), cfg["prompt"].get("demo_pool", "all")
-    if k == 0:  # zero-shot: nothing to retrieve
-        return {e.id: [] for e in selection.examples}
-    out.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(out / ".lock-demos")):
-        cached = read_intact(out / "demos.json", read_json)
-        if cached is not None:
-            return cached
-        pool = demo_pool(selection, pool_name)
-        if pool_name == "train":
-            per_api = Counter(e.api for e in pool)
-            short = sorted({e.api for e in selection.examples if per_api[e.api] < k + 1})
-            if short:
-                log.info("prompt.demo_pool=train: %d of the %d APIs have fewer than k_demos + 1 = %d training calls "
-                         "(e.g. %s); their calls' demonstrations include other APIs' training calls", len(short),
-                         len({e.api for e in selection.examples}), k + 1, short[0])
-        encoder = SentenceEncoder(cfg["retrieval"]["model"], device=cfg["retrieval"].get("device", "cpu"))
-        demos = rank_demos(selection.examples, k, encoder, pool=pool, mix=cfg["prompt"].get("demo_mix", "similar"))
-        write_json(out / "demos.json", demos)
-    return demos
+class LazyLLM:
+    """A run's LLM, loaded at most once and only when something computes with it: a run whose LLM stage, confidence
+    sources and replayed states are all cached (or come from a records file) never loads a model."""
+
+    def __init__(self, settings: Mapping[str, Any], models: Path, loaded: Any = None) -> None:
+        self.settings = settings  # the conf/llm entry
+        self.models = models  # where weights are converted and cached (Paths.models)
+        self._generator = loaded  # a backend a caller already holds (tests, the gate)
+        self._forward: Any = None
+
+    def generator(self) -> Any:
+        """The backend ``llm.backend`` names (hf, vllm, openai): what generates the LLM stage's calls."""
+        if self._generator is None:
+            from mice_exp.llm.model import load_llm
+
+            self._generator = load_llm(self.settings, self.models)
+        return self._generator
+
+    def forward_model(self) -> Any:
+        """The transformers model (:class:`~mice_exp.llm.model.LLM`) whose own forward passes the confidence sources
+        and replayed states run: the generator's when it holds one (hf itself, vllm's lens), else loaded once."""
+        if self._forward is None:
+            held = self._generator
+            if held is not None and held.backend in ("hf", "vllm"):
+                self._forward = held if held.backend == "hf" else held.lens
+            else:
+                from mice_exp.llm.model import load_hf
+
+                self._forward = load_hf(self.settings, self.models)
+        return self._forward
 
 
-def run_llm_stage(cfg: Mapping[str, Any], paths: Paths, llm: Any = None) -> Path:
-    """Compute (or resume, or reuse) the LLM stage; return its cache folder.
+class LLMStage:
+    """One run's LLM stage: the config groups its key hashes (``dataset``, ``prompt``, ``llm``, ``retrieval``), the
+    run's examples (selected once, on first use: a bad data file fails inside the run), its cache folder and
+    the backend that computes it, loaded only when a batch is missing (:class:`LazyLLM`).
 
-    Concurrent jobs with the same key wait on a file lock and then read the result. With
-    ``llm.shards=N`` the batches are shared by N workers (:mod:`mice_exp.llm.shards`): ``llm.shard=i``
-    computes worker i's only (the folder is complete, with ``done.json``, once every worker has run);
-    without it N local worker processes compute them all.
+    The LLM stage of a run, the local workers of a sharded one (:mod:`mice_exp.llm.shard_worker`), the
+    confidence sources and the replayed states all read the stage through this object.
     """
-    selection = select_examples(cfg["dataset"], paths)
-    out, key = stage_dir(cfg, paths, selection)
-    _set_aside_damaged(out)
-    if out.is_dir() and read_intact(out / "meta.json", read_json) != key:  # damaged or lost: it is the key itself
-        write_json(out / "meta.json", key)
-    if (out / "done.json").exists():
-        return out
-    plan = ShardPlan.from_config(cfg["llm"], len(selection.examples))
-    out.mkdir(parents=True, exist_ok=True)
-    if plan.launches:
-        write_json(out / "meta.json", key)
-        retrieved_demos(out, cfg, selection)  # once, before the workers start
-        run_workers(cfg, paths, out, plan)
-        return out
-    with FileLock(str(out / plan.lock)):
+
+    def __init__(self, dataset: Mapping[str, Any], prompt: Mapping[str, Any], llm: Mapping[str, Any],
+                 retrieval: Mapping[str, Any], paths: Paths, backend: LazyLLM | None = None,
+                 selection: Selection | None = None) -> None:
+        self.dataset, self.prompt, self.llm, self.retrieval = dataset, prompt, llm, retrieval
+        self.paths = paths
+        self.backend = backend or LazyLLM(llm, paths.models)
+        if selection is not None:  # a selection the caller already holds (tests)
+            self.selection = selection
+
+    @cached_property
+    def selection(self) -> Selection:
+        """The run's examples and their splits (``conf/dataset``)."""
+        return select_examples(self.dataset, self.paths)
+
+    def settings(self) -> dict[str, Mapping[str, Any]]:
+        """The config groups the stage is built from: what its local workers start with."""
+        return {"dataset": self.dataset, "prompt": self.prompt, "llm": self.llm, "retrieval": self.retrieval}
+
+    def key(self, device: str) -> dict[str, Any]:
+        """Everything that changes the stage's output, and nothing else."""
+        llm = self.llm
+        return {
+            "version": STAGE_VERSION,
+            # max_per_api only when set: caches written before it existed keep their keys; no_call_note is only
+            # prompt.no_call_note's default, hashed there
+            "dataset": {k: v for k, v in self.dataset.items()
+                        if k not in ("path", "url", "no_call_note") and not (k == "max_per_api" and v is None)},
+            "examples": stable_hash([(e.id, e.query, e.tools, e.demo) for e in self.selection.examples]),
+            "splits": stable_hash(sorted(self.selection.splits.items())),
+            "retrieval": dict(self.retrieval),
+            "prompt": prompt_key(self.prompt),
+            "llm": {k: llm[k] for k in LLM_KEYS if k in llm}
+            | {"device": device, "dtype": resolve_dtype(llm.get("dtype", "float32"), device)} | backend_key(llm),
+        }
+
+    def folder(self) -> tuple[Path, dict[str, Any]]:
+        """The stage's cache folder (``<cache>/llm/<llm>-<key hash>``) and its key."""
+        from mice_exp.llm.model import resolve_device
+
+        key = self.key(resolve_device(self.llm.get("device", "cpu")).type)
+        return self.paths.llm / f"{self.llm['name']}-{stable_hash(key)}", key
+
+    @property
+    def records_path(self) -> Path | None:
+        """The published records file the run reads instead of computing the stage (``llm.records``)."""
+        return resolve(self.llm["records"], self.paths.root) if self.llm.get("records") else None
+
+    def made_with(self) -> dict[str, Any]:
+        """What must have produced a records file this stage reads (:func:`~mice_exp.llm.records.made_with`)."""
+        return {"llm": self.llm["name"], "demo_pool": self.prompt.get("demo_pool", "all"),
+                "format": self.prompt.get("format", REACT.name), "demo_tools": self.prompt.get("demo_tools", "pooled"),
+                "demo_mix": self.prompt.get("demo_mix", "similar")}
+
+    def output(self, needs: Sequence[str] = ()) -> StageOutput:
+        """The stage's records: from the records file (cut to the run's selection; ``needs``: the record fields
+        the run's view reads), or from the cache, computed or resumed where batches are missing."""
+        if self.records_path is not None:
+            return read_records_file(self.records_path, self.dataset["name"], needs, self.selection.splits,
+                                     expect=self.made_with())
+        return read_stage(self.run())
+
+    def demos(self, out: Path) -> dict[str, list[str]]:
+        """Each example's ``prompt.k_demos`` most similar pool examples' ids (``prompt.demo_pool``), retrieved
+        once and kept in ``out/demos.json`` (under a lock: workers of one stage started at once retrieve once)."""
+        selection = self.selection
+        k, pool_name = int(self.prompt["k_demos"]), self.prompt.get("demo_pool", "all")
+        if k == 0:  # zero-shot: nothing to retrieve
+            return {e.id: [] for e in selection.examples}
+        out.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(out / ".lock-demos")):
+            cached = read_intact(out / "demos.json", read_json)
+            if cached is not None:
+                return cached
+            from mice_exp.data.retrieval import SentenceEncoder, rank_demos
+
+            pool = demo_pool(selection, pool_name)
+            if pool_name == "train":
+                per_api = Counter(e.api for e in pool)
+                short = sorted({e.api for e in selection.examples if per_api[e.api] < k + 1})
+                if short:
+                    log.info("prompt.demo_pool=train: %d of the %d APIs have fewer than k_demos + 1 = %d training "
+                             "calls (e.g. %s); their calls' demonstrations include other APIs' training calls",
+                             len(short), len({e.api for e in selection.examples}), k + 1, short[0])
+            encoder = SentenceEncoder(self.retrieval["model"], device=self.retrieval.get("device", "cpu"))
+            demos = rank_demos(selection.examples, k, encoder, pool=pool, mix=self.prompt.get("demo_mix", "similar"))
+            write_json(out / "demos.json", demos)
+        return demos
+
+    def derived_folder(self, output: StageOutput) -> Path:
+        """Where the caches derived from the stage's output live (sources, replayed states): the stage's own
+        folder, or for a records file ``<cache>/llm/<llm>-records-<sha>/``."""
+        return output.folder or self.paths.llm / f"{self.llm['name']}-{output.key}"
+
+    def context(self, output: StageOutput) -> tuple[Path, dict[str, Example], dict[str, list[str]]]:
+        """Where the caches derived from ``output`` live, its examples by id and each one's retrieved
+        demonstrations (for a records file retrieved again there; each prompt rebuilt from them is then
+        checked against its record's hash, :class:`mice_exp.llm.sources.Prompts`)."""
+        folder = self.derived_folder(output)
+        examples = {e.id: e for e in self.selection.examples}
+        missing = [r["id"] for r in output.records if r["id"] not in examples]
+        if missing:
+            raise UserError(f"{len(missing)} records (e.g. {missing[0]}) are not in this run's dataset selection; "
+                            "expected the records' own dataset settings")
+        return folder, examples, self.demos(folder)
+
+    def run(self) -> Path:
+        """Compute (or resume, or reuse) the LLM stage; return its cache folder.
+
+        Concurrent jobs with the same key wait on a file lock and then read the result. With
+        ``llm.shards=N`` the batches are shared by N workers (:mod:`mice_exp.llm.shards`): ``llm.shard=i``
+        computes worker i's only (the folder is complete, with ``done.json``, once every worker has run);
+        without it N local worker processes compute them all.
+        """
+        out, key = self.folder()
+        _set_aside_damaged(out)
+        if out.is_dir() and read_intact(out / "meta.json", read_json) != key:  # damaged or lost: it is the key itself
+            write_json(out / "meta.json", key)
         if (out / "done.json").exists():
             return out
-        write_json(out / "meta.json", key)
-        log.info("computing the LLM stage in %s%s", out,
-                 "" if plan.worker is None else f" (worker {plan.worker} of {plan.count})")
-        with write_guard(out, lambda: f"{len(shards(out))} complete shards kept in {out}; a re-run resumes"):
-            _compute(cfg, paths, selection, out, llm, plan)
-    return out
+        plan = self.plan()
+        out.mkdir(parents=True, exist_ok=True)
+        if plan.launches:
+            write_json(out / "meta.json", key)
+            self.demos(out)  # once, before the workers start
+            run_workers(self.settings(), self.paths, out, plan)
+            return out
+        with FileLock(str(out / plan.lock)):
+            if (out / "done.json").exists():
+                return out
+            write_json(out / "meta.json", key)
+            log.info("computing the LLM stage in %s%s", out,
+                     "" if plan.worker is None else f" (worker {plan.worker} of {plan.count})")
+            with write_guard(out, lambda: f"{len(shards(out))} complete shards kept in {out}; a re-run resumes"):
+                self._compute(out, plan)
+        return out
+
+    def plan(self) -> ShardPlan:
+        """Which batches this process computes (``llm.shards`` / ``llm.shard``)."""
+        return ShardPlan.from_config(self.llm, len(self.selection.examples))
+
+    def shard_note(self, out: Path) -> str | None:
+        """What a run of one worker (``llm.shard``) prints once it is done: None when the stage is complete
+        (``done.json``), else how much of it is and what completes it."""
+        if (out / "done.json").exists():
+            return None
+        plan = self.plan()
+        return (f"llm.shard={plan.worker}: worker {plan.worker} of {plan.count} is done; {len(shards(out))} of the "
+                f"LLM stage's {plan.batches} batches are in {out}; the stage is complete once every "
+                f"llm.shard=0..{plan.count - 1} has run (then run without llm.shard)")
+
+    def _compute(self, out: Path, plan: ShardPlan) -> None:
+        examples = {e.id: e for e in self.selection.examples}
+        if self.prompt.get("no_call_note") is None and any(call_expected(e) is not None for e in examples.values()):
+            log.warning("dataset.categories include BFCL's relevance categories, where no call may be the right "
+                        "answer, but prompt.no_call_note is null: the prompt does not say so (dataset=bfcl_relevance "
+                        "sets BFCL's sentence)")
+        demos = self.demos(out)
+        llm = self.backend.generator()
+        budget = int(self.llm["context_window"]) - int(self.llm["max_new_tokens"])
+        builder = PromptBuilder.from_config(self.prompt, llm.tokenizer)
+        prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget)
+                   for i in tqdm(sorted(examples), desc="prompts", leave=False)}
+        fixed = batches(prompts, int(self.llm["batch_size"]))
+        names = [shard_name(n, len(fixed)) for n in range(len(fixed))]
+        mine = [n for n in range(len(fixed)) if plan.owns(n)]
+        todo = [(n, fixed[n]) for n in mine if not (out / f"{names[n]}.jsonl").exists()]
+        total = sum(len(fixed[n]) for n in mine)
+        bar = tqdm(total=total, initial=total - sum(len(b) for _, b in todo), desc=f"LLM {llm.name}", unit="ex")
+        headroom = Headroom()
+        headroom.start()
+        for n, batch in todo:
+            longest = max(len(prompts[i].ids) for i in batch)
+            if (warning := headroom.warning(len(batch), longest)) is not None:
+                log.warning(warning)
+            records, arrays = run_batch(llm, batch, examples, self.selection.splits, prompts, builder.fmt,
+                                        int(self.llm["max_new_tokens"]), bool(self.llm.get("store_token_states")))
+            write_npz(out / f"{names[n]}.npz", arrays)
+            write_jsonl(out / f"{names[n]}.jsonl", records)
+            headroom.done(longest)
+            bar.update(len(batch))
+        bar.close()
+        if all((out / f"{name}.jsonl").exists() for name in names):  # the last worker to finish merges
+            write_json(out / "done.json", summarise(read_stage(out).records)
+                       | {"n_layers": llm.n_layers, "hidden_size": llm.hidden_size})
 
 
 def _set_aside_damaged(out: Path) -> None:
@@ -224,41 +369,3 @@ def _set_aside_damaged(out: Path) -> None:
         (out / "done.json").unlink(missing_ok=True)
     else:
         read_intact(out / "done.json", read_json)
-
-
-def _compute(cfg: Mapping[str, Any], paths: Paths, selection: Selection, out: Path, llm: Any, plan: ShardPlan) -> None:
-    from mice_exp.llm.model import load_llm
-
-    examples = {e.id: e for e in selection.examples}
-    if cfg["prompt"].get("no_call_note") is None and any(call_expected(e) is not None for e in examples.values()):
-        log.warning("dataset.categories include BFCL's relevance categories, where no call may be the right "
-                    "answer, but prompt.no_call_note is null: the prompt does not say so (dataset=bfcl_relevance "
-                    "sets BFCL's sentence)")
-    demos = retrieved_demos(out, cfg, selection)
-    llm = llm or load_llm(cfg["llm"], paths.models)
-    budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
-    builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
-    prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget)
-               for i in tqdm(sorted(examples), desc="prompts", leave=False)}
-    fixed = batches(prompts, int(cfg["llm"]["batch_size"]))
-    names = [shard_name(n, len(fixed)) for n in range(len(fixed))]
-    mine = [n for n in range(len(fixed)) if plan.owns(n)]
-    todo = [(n, fixed[n]) for n in mine if not (out / f"{names[n]}.jsonl").exists()]
-    total = sum(len(fixed[n]) for n in mine)
-    bar = tqdm(total=total, initial=total - sum(len(b) for _, b in todo), desc=f"LLM {llm.name}", unit="ex")
-    headroom = Headroom()
-    headroom.start()
-    for n, batch in todo:
-        longest = max(len(prompts[i].ids) for i in batch)
-        if (warning := headroom.warning(len(batch), longest)) is not None:
-            log.warning(warning)
-        records, arrays = run_batch(llm, batch, examples, selection.splits, prompts, builder.fmt,
-                                    int(cfg["llm"]["max_new_tokens"]), bool(cfg["llm"].get("store_token_states")))
-        write_npz(out / f"{names[n]}.npz", arrays)
-        write_jsonl(out / f"{names[n]}.jsonl", records)
-        headroom.done(longest)
-        bar.update(len(batch))
-    bar.close()
-    if all((out / f"{name}.jsonl").exists() for name in names):  # the last worker to finish merges
-        write_json(out / "done.json", summarise(read_stage(out).records)
-                   | {"n_layers": llm.n_layers, "hidden_size": llm.hidden_size})

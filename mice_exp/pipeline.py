@@ -1,0 +1,161 @@
+"""One run's objects, built once from its resolved config and handed down: :meth:`Pipeline.from_config`.
+
+The data set (selected once, on first use), the LLM stage with its backend (loaded at most once, and only
+when something it would compute is not cached), the feature view, the protocol, the study of estimators
+and the tracker's settings. As in lightning-hydra-template's ``train.py``, objects go down, not the
+config: :mod:`mice_exp.run`, the gate (:mod:`mice_exp.gate.build`) and the ``records`` / ``inspect``
+commands build a pipeline, and nothing below them reads the config.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+from mice_exp.compose import as_plain
+from mice_exp.config import check_config, check_data, used_baselines
+from mice_exp.data import Example, Selection, demo_pool
+from mice_exp.errors import UserError
+from mice_exp.llm.backends import reads_internals
+from mice_exp.llm.precision import resolve_dtype
+from mice_exp.llm.records import StageOutput
+from mice_exp.llm.stage import LazyLLM, LLMStage
+from mice_exp.paths import Paths, paths_from
+
+if TYPE_CHECKING:  # annotations only
+    from mice_exp.estimation import Study
+    from mice_exp.features import FeatureSet
+    from mice_exp.features.arguments import ArgumentScores
+    from mice_exp.protocols import Outcome, Protocol
+
+
+@dataclass
+class Pipeline:
+    """Every object one run uses (:meth:`from_config`), and the steps that hand each one's output to the next."""
+
+    config: dict[str, Any]  # resolved and checked: logged as the run's params, hashed, saved with its gate
+    paths: Paths
+    stage: LLMStage  # the data set, the prompt, the LLM settings and the lazily loaded backend
+    sources: Mapping[str, Any]  # conf/sources: the confidence sources beyond raw probability
+    view: Any  # the unfitted feature view (conf/features)
+    protocol: Protocol
+    study: Study  # the run's estimator, its reference rows and how rows are scored
+    tracking: Mapping[str, Any]  # conf/tracking
+    gate: Mapping[str, Any]  # conf/gate: whether and where the fitted estimator is saved as a gate
+    diagnostics: Mapping[str, Any]  # estimator.diagnostics: the miscalibration field's regions
+    estimates: bool  # stage=all: the estimation follows the LLM stage
+    force: bool  # re-run a job MLflow already holds FINISHED
+
+    @classmethod
+    def from_config(cls, cfg: Any, paths: Paths | None = None, llm: Any = None) -> Pipeline:
+        """Resolve and check ``cfg`` (one line for any bad value), keep only the ``baselines`` it reads (so the
+        params, the config hash and the saved config describe what ran), pin ``llm.dtype=auto``, and build
+        every object; ``llm``: a backend the caller already holds (tests, a gate's)."""
+        from mice_exp.estimation import Study
+        from mice_exp.features import make_view
+        from mice_exp.protocols import make_protocol
+
+        cfg = as_plain(cfg)
+        check_config(cfg)
+        named = [*cfg["compare_with"], *(cfg["protocol"].get("estimators") or [])]
+        baselines = cfg.get("baselines") or {}
+        llm_cfg = cfg["llm"]
+        if not llm_cfg.get("records"):  # the dtype auto picks, in the params, the config hash and the gate
+            llm_cfg = {**llm_cfg, "dtype": resolve_dtype(llm_cfg["dtype"], llm_cfg["device"])}
+        used = [k for k in used_baselines(cfg["estimator"], baselines, named) if k in baselines]
+        cfg = {**cfg, "llm": llm_cfg, "baselines": {k: baselines[k] for k in used}}  # the caller's is left as it was
+        paths = paths or paths_from(cfg["paths"])
+        stage = LLMStage(cfg["dataset"], cfg["prompt"], cfg["llm"], cfg["retrieval"], paths,
+                         LazyLLM(cfg["llm"], paths.models, llm))
+        return cls(config=cfg, paths=paths, stage=stage, sources=cfg["sources"],
+                   view=make_view(cfg["features"], paths.features, int(cfg["seed"])),
+                   protocol=make_protocol(cfg["protocol"]), study=Study.from_config(cfg), tracking=cfg["tracking"],
+                   gate=cfg.get("gate") or {}, diagnostics=cfg["estimator"].get("diagnostics") or {},
+                   estimates=cfg.get("stage", "all") == "all", force=bool(cfg.get("force")))
+
+    # -- the LLM stage
+    def check_data(self) -> Selection:
+        """The run's examples, checked for what only the data can tell (:func:`mice_exp.config.check_data`)."""
+        selection = self.stage.selection
+        check_data(selection, self.stage.dataset["split"], self.stage.prompt.get("tools", "text"), self.protocol.name,
+                   self.estimates)
+        return selection
+
+    def stage_output(self) -> StageOutput:
+        """The LLM stage's records, computed or read (:meth:`LLMStage.output`); for a records file whose view or
+        estimators read hidden states, with those states replayed before anything reads them."""
+        self.check_data()
+        output = self.stage.output(self.view.record_fields)
+        if output.folder is None and output.pooled is None and self.reads_states():
+            from mice_exp.llm.replay import replay_activations
+
+            output.pooled = replay_activations(self.stage, output)
+        return output
+
+    def reads_states(self) -> bool:
+        """Whether the estimation reads the LLM's hidden states: the view's layers, a probe's or a field
+        correction's representation (the sample-efficiency protocol's estimators included)."""
+        keys = getattr(self.protocol, "estimators", None) or ()
+        estimators = [c.estimator for c in (self.study.main, *self.study.references)]
+        estimators += [self.study.candidate(key, "protocol.estimators").estimator for key in keys]
+        return self.estimates and (self.view.reads_states() or any(reads_internals(e) for e in estimators))
+
+    def confidence_sources(self, output: StageOutput) -> dict[str, np.ndarray]:
+        """``sources.use`` for every record: from the records file, or computed once and cached beside the
+        LLM stage (only a missing one loads the LLM)."""
+        names = list(self.sources["use"])
+        if not names:
+            return {}
+        if output.folder is None:
+            missing = [n for n in names if n not in output.sources]
+            if missing:
+                raise UserError(f"sources.use={names}: the records file {self.stage.llm['records']} holds "
+                                f"{sorted(output.sources) or 'no sources'}, not {missing}; expected sources it holds "
+                                "(compute them with `mice-exp records llm.records=FILE sources.use=[...]`)")
+            return {n: np.array([np.nan if v is None else v for v in output.sources[n]], dtype=np.float64)
+                    for n in names}
+        from mice_exp.llm.sources import stage_sources
+
+        return stage_sources(self.sources, self.stage, output, names)
+
+    # -- the estimation
+    def features(self, output: StageOutput, sources: Mapping[str, np.ndarray] | None = None) -> FeatureSet:
+        """The view fitted on the training rows of ``output``, every record transformed."""
+        from mice_exp.features import fit_features
+
+        return fit_features(self.view, output, sources)
+
+    def estimate(self, output: StageOutput) -> tuple[FeatureSet, Outcome]:
+        """Confidence sources -> feature view -> protocol: the feature set and what the protocol returns."""
+        fs = self.features(output, self.confidence_sources(output))
+        return fs, self.protocol.run(self.study, fs)
+
+    def argument_scores(self, records: list[dict[str, Any]]) -> ArgumentScores:
+        """Per-argument and API-name confidence on the test calls, labelled against their examples' gold."""
+        from mice_exp.features.arguments import argument_metrics
+        from mice_exp.llm.toolcall import call_format
+
+        examples = {e.id: e for e in self.stage.selection.examples}
+        return argument_metrics([r for r in records if r["split"] == "test"], examples, call_format(self.stage.prompt))
+
+    def demo_pool(self) -> list[Example]:
+        """The pool the LLM stage retrieved demonstrations from (``prompt.demo_pool``): what a gate keeps."""
+        return demo_pool(self.stage.selection, self.stage.prompt.get("demo_pool", "all"))
+
+    # -- the tracker
+    def tags(self) -> dict[str, str]:
+        """The run's identifying tags, its config hash and the Hydra job's tags."""
+        from mice_exp.tracking import hydra_tags, schema
+        from mice_exp.tracking.sweeps import config_hash
+
+        return {**schema.job_tags(self.config), schema.CONFIG_HASH_TAG: config_hash(self.config), **hydra_tags()}
+
+    def tracked_run(self, tags: Mapping[str, str]) -> AbstractContextManager[Any]:
+        """The run's MLflow run (or a tracker that records nothing), ended FINISHED or FAILED however it ends."""
+        from mice_exp.tracking import tracked_run
+        from mice_exp.tracking.dashboard import run_name
+
+        return tracked_run(self.tracking, self.paths.root, run_name=run_name(tags), params=self.config, tags=tags)

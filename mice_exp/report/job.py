@@ -1,0 +1,170 @@
+"""What one job prints and logs: the LLM stage's summary, then the protocol's outcome (Table-1 rows and their
+metrics, the action-belief and per-argument scores, the field diagnostics, predictions, figures and the gate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from mice_exp.tracking import schema
+
+if TYPE_CHECKING:  # annotations only
+    from mice_exp.estimation import Row
+    from mice_exp.features import FeatureSet
+    from mice_exp.llm.records import StageOutput
+    from mice_exp.pipeline import Pipeline
+    from mice_exp.protocols import Outcome
+
+MAX_APIS_LISTED = 10  # accuracy per API is printed up to this many APIs
+#: Fewer test calls than this cannot separate the estimators (one call moves a cell by 1/n).
+FEW_TEST_CALLS = 100
+
+
+def label_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Correct / incorrect / unparseable counts per split."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in records:
+        split = counts.setdefault(row["split"], {"correct": 0, "incorrect": 0, "parse_errors": 0})
+        split["correct" if row["label"] else "incorrect"] += 1
+        split["parse_errors"] += row["parse_error"] is not None
+    return counts
+
+
+def llm_summary(name: str, records: list[dict[str, Any]]) -> str:
+    total = len(records)
+    correct = sum(r["label"] for r in records)
+    lines = [f"{name}: {correct}/{total} tool calls correct (accuracy {correct / max(total, 1):.3f})"]
+    for split, c in sorted(label_counts(records).items()):
+        lines.append(f"  {split:<10} correct {c['correct']:>4}  incorrect {c['incorrect']:>4}  "
+                     f"(unparseable {c['parse_errors']})")
+    apis = sorted({r["api"] for r in records})
+    if len(apis) <= MAX_APIS_LISTED:  # BFCL's categories: is each one worth a full run?
+        from mice_exp.metrics.calibration import wilson_interval
+
+        for api in apis:
+            labels = [r["label"] for r in records if r["api"] == api]
+            low, high = wilson_interval(sum(labels), len(labels))
+            lines.append(f"  {api}: {sum(labels)}/{len(labels)} correct (accuracy {sum(labels) / len(labels):.3f}, "
+                         f"95% interval {low:.2f}-{high:.2f})")
+    return "\n".join(lines)
+
+
+def small_test_note(n_test: int, llm: str, root: Path) -> str | None:
+    """What a table on a handful of test calls (make run's 12) can and cannot say, and where the real one is."""
+    if n_test >= FEW_TEST_CALLS:
+        return None
+    note = (f"note: {n_test} test calls cannot separate these estimators (one call moves a cell by 1/{n_test}; "
+            "the ranking above is noise).")
+    records = Path("experiments") / "records" / f"ste-{llm}.jsonl.gz"
+    if (root / records).is_file():
+        note += (" Table 1 on all 750 STE calls from the published records, no LLM:\n"
+                 f"  mice-exp llm={llm} llm.records={records} estimator=mice_rf")
+    return note
+
+
+def log_stage(pipeline: Pipeline, output: StageOutput, tracker: Any) -> dict[str, Any]:
+    """Print and log the LLM stage's accuracy; what the job returns about it."""
+    info = output.info
+    print("\n" + llm_summary(pipeline.study.llm, output.records))
+    tracker.log_metrics({"llm_accuracy": info["accuracy"], "llm_examples": info["examples"],
+                         "prompts_with_dropped_demos": info["prompts_with_dropped_demos"]})
+    return {"llm_accuracy": info["accuracy"], "llm_examples": info["examples"],
+            "llm_cache": str(output.folder or pipeline.stage.llm["records"])}
+
+
+def log_outcome(pipeline: Pipeline, output: StageOutput, fs: FeatureSet, outcome: Outcome,
+                tracker: Any) -> dict[str, Any]:
+    """Print the protocol's text and log its tables and figures; with Table-1 rows, everything
+    :func:`log_rows` logs (``objective``: the run's estimator's AUC-ETCU)."""
+    print("\n" + outcome.text)
+    if (note := small_test_note(int(fs.rows("test").sum()), pipeline.stage.llm["name"], pipeline.paths.root)):
+        print(note)
+    for name, frame in outcome.tables.items():
+        tracker.log_table(frame, name)
+    for name, figure in outcome.figures.items():
+        tracker.log_figure(figure, name)
+    return log_rows(pipeline, output, fs, outcome.rows, tracker) if outcome.rows else {}
+
+
+def log_rows(pipeline: Pipeline, output: StageOutput, fs: FeatureSet, rows: list[Row], tracker: Any) -> dict[str, Any]:
+    """What a run with Table-1 rows logs: every row's metrics (the reference rows as ``baseline.*``),
+    the action-belief and per-argument scores, the field diagnostics, the predictions and figures,
+    and the gate of the fitted estimator."""
+    metrics = dict(rows[-1].metrics)
+    for row in rows[:-1]:
+        metrics |= {schema.baseline_key(row.key, k): v for k, v in row.metrics.items()}
+    if "acts" in fs.sources:
+        from mice_exp.estimation import action_belief
+
+        text, belief = action_belief(rows, fs.sources["acts"][fs.rows("test")], fs.labels[fs.rows("test")])
+        print("\n" + text)
+        metrics |= belief
+    scores = pipeline.argument_scores(output.records)
+    print("\n" + scores.summary())
+    metrics |= scores.metrics
+    if hasattr(rows[-1].estimator, "diagnose"):
+        metrics |= diagnose_field(rows[-1].estimator, fs, tracker, pipeline.study.main.source, pipeline.diagnostics)
+    tracker.log_metrics(metrics)
+    log_outputs(tracker, rows, fs, pipeline.study.llm)
+    from mice_exp.gate.build import save_run_gate
+
+    saved = save_run_gate(pipeline, output, fs, rows[-1].estimator, tracker)
+    if saved:
+        where = saved.get("uri") or saved.get("folder")
+        print(f"gate saved: {where} (mice-exp gate model={where} input=queries.jsonl; mice-exp serve model={where})")
+    return metrics | {"objective": rows[-1].metrics[schema.OBJECTIVE]}
+
+
+def log_outputs(tracker: Any, rows: list[Row], fs: FeatureSet, title: str) -> None:
+    """Predictions table and the paper's figures as artifacts of the run (``title``: the LLM's display name)."""
+    from mice_exp.estimation import feature_weights
+    from mice_exp.metrics import TAU_GRID, TRIVIAL_POLICIES, etcu_curve
+    from mice_exp.report import figures
+
+    test = fs.rows("test")
+    y = fs.labels[test]
+    frame = pd.DataFrame({"id": np.array(fs.ids)[test], "api": fs.apis[test], "label": y})
+    for row in rows:
+        frame[schema.prediction_column(row.key)] = row.p
+    tracker.log_table(frame, schema.PREDICTIONS)
+    main = rows[-1]
+    tracker.log_figure(figures.reliability_diagram(main.p, y, title=main.name), schema.RELIABILITY_FIGURE)
+    curves = {row.name: etcu_curve(row.p, y, TAU_GRID) for row in rows}
+    policies = {name: etcu_curve(policy(y), y, TAU_GRID) for name, policy in TRIVIAL_POLICIES.items()}
+    tracker.log_figure(figures.etcu_curves(curves, TAU_GRID, policies, title=title), schema.ETCU_FIGURE)
+    tracker.log_figure(figures.risk_coverage_curves({row.name: row.p for row in rows}, y, title=title),
+                       schema.RISK_COVERAGE_FIGURE)
+    weights = feature_weights(main, fs.columns)
+    if weights is not None:
+        tracker.log_figure(figures.feature_weights(fs.columns, weights[0], kind=weights[1], title=main.name),
+                           schema.FEATURE_WEIGHTS_FIGURE)
+    if fs.layer_scores is not None:
+        layers = list(range(1, fs.layer_scores.shape[1] + 1))
+        tracker.log_figure(figures.layer_score_distributions(fs.layer_scores, fs.labels, layers, title=title),
+                           schema.LAYER_SCORES_FIGURE)
+
+
+def diagnose_field(estimator: Any, fs: FeatureSet, tracker: Any, source: str,
+                   options: dict[str, Any]) -> dict[str, float]:
+    """Where the base estimator is over- or underconfident on test (Kobalczyk & van der Schaar, Fig. 4-6);
+    ``source``: the confidence it reads, ``options``: ``estimator.diagnostics``."""
+    from mice_exp.protocols import inputs
+    from mice_exp.report.figures import region_reliability
+
+    if estimator.fallback_:  # it learned nothing (one training class): no field, no regions to show
+        print("\nmiscalibration field: not fitted (the training labels are all one class); no diagnostics")
+        return {}
+    test = fs.rows("test")
+    X = inputs(estimator, fs, source)[test]
+    diagnosis = estimator.diagnose(X, fs.labels[test], eps=float(options.get("eps", 0.05)),
+                                   min_region=int(options.get("min_region", 30)))
+    for region, figure in region_reliability(estimator.base_confidence(X), fs.labels[test], diagnosis.regions).items():
+        tracker.log_figure(figure, schema.field_region_figure(region))
+    over, under = diagnosis.metrics["frac_over"], diagnosis.metrics["frac_under"]
+    print(f"\nmiscalibration field on test: {over:.0%} overconfident, {under:.0%} underconfident, "
+          f"worst-slice gap {diagnosis.metrics['worst_slice_gap']:.3f}; selected {estimator.selected()}")
+    return {schema.field_key(k): v for k, v in diagnosis.metrics.items()} | {
+        schema.field_key(k): v for k, v in estimator.selected().items()} | {schema.field_key("n_test"): int(test.sum())}
