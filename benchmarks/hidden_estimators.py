@@ -18,6 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mice_exp.estimators import BestLayerProbe, LinearProbe, MahalanobisConfidence  # noqa: E402
+from mice_exp.estimators.blocks import layers  # noqa: E402
 from mice_exp.metrics import auroc  # noqa: E402
 
 N_TRAIN, N_TEST, LAYERS, DIM, SIGNAL_LAYER = 400, 200, 30, 576, 20
@@ -29,13 +30,12 @@ def main() -> None:
     y = (rng.random(n) < 0.5).astype(int)
     states = rng.normal(size=(n, LAYERS, DIM))
     states[:, SIGNAL_LAYER - 1, :8] += 0.6 * (2 * y[:, None] - 1)
-    X = states.reshape(n, -1)
-    for estimator in (LinearProbe(n_layers=LAYERS), BestLayerProbe(n_layers=LAYERS),
-                      MahalanobisConfidence(n_layers=LAYERS)):
+    X = layers(states)  # columns named by layer: the estimators learn the 30 layers from them
+    for estimator in (LinearProbe(), BestLayerProbe(), MahalanobisConfidence()):
         start = time.perf_counter()
-        estimator.fit(X[:N_TRAIN], y[:N_TRAIN])
+        estimator.fit(X.iloc[:N_TRAIN], y[:N_TRAIN])
         seconds = time.perf_counter() - start
-        p = estimator.predict_proba(X[N_TRAIN:])[:, 1]
+        p = estimator.predict_proba(X.iloc[N_TRAIN:])[:, 1]
         layer = f"  chosen layer {estimator.layer_}" if hasattr(estimator, "layer_") else ""
         print(f"{type(estimator).__name__:<22} fit {seconds:6.2f} s  test AUROC {auroc(p, y[N_TRAIN:]):.3f}{layer}")
 

@@ -30,6 +30,8 @@ from mice_exp.estimators import (
     RawConfidence,
     TemperatureScaling,
 )
+from mice_exp.estimators.blocks import side_by_side
+from mice_exp.needs import Needs
 
 ESTIMATOR_CONF = Path(__file__).resolve().parents[1] / "conf" / "estimator"
 
@@ -43,11 +45,11 @@ SMALL = [
     TemperatureScaling(),
     MiceLogisticRegression(),
     MiceRandomForest(n_estimators=20),
-    FieldCorrection(RawConfidence(), base_width=1, field={"max_epochs": 2, "sigmas": [0.3], "lambdas": [0.01]}),
-    # hidden-state estimators read toy_data's six columns as two layers of three dimensions
-    LinearProbe(n_layers=2),
-    BestLayerProbe(n_layers=2),
-    MahalanobisConfidence(n_layers=2),
+    FieldCorrection(RawConfidence(), field={"max_epochs": 2, "sigmas": [0.3], "lambdas": [0.01]}),
+    # hidden-state estimators read toy_data's six unnamed columns as one layer's state
+    LinearProbe(),
+    BestLayerProbe(),
+    MahalanobisConfidence(),
 ]
 LEARNERS = [estimator for estimator in SMALL if estimator.learns]
 
@@ -64,7 +66,11 @@ def toy_data(n: int = 120, n_features: int = 6, seed: int = 0) -> tuple[np.ndarr
     return X, y
 
 
-def view(estimator: ConfidenceEstimator, X: np.ndarray) -> np.ndarray:
+def view(estimator: ConfidenceEstimator, X: np.ndarray):
+    """What the estimator reads of toy_data: the raw confidence, every column, or (a field correction)
+    its base's raw confidence beside the other columns as a representation."""
+    if estimator.input_kind == "field":
+        return side_by_side({"base": X[:, -1:], "representation": X[:, :-1]})
     return X[:, -1:] if estimator.input_kind == "confidence" else X
 
 
@@ -85,6 +91,16 @@ def test_each_config_builds_its_estimator_with_the_class_defaults(path: Path) ->
 def test_every_estimator_has_a_config() -> None:
     targets = {OmegaConf.load(path).model._target_ for path in ESTIMATOR_CONF.glob("*.yaml")}
     assert targets == {f"mice_exp.estimators.{ids(estimator)}" for estimator in SMALL}
+
+
+def test_estimators_say_what_they_read_beyond_the_feature_view() -> None:
+    assert RawConfidence().needs() == Needs()  # the raw confidence comes with every record
+    assert RawConfidence().needs("p_true") == Needs.of(sources=["p_true"])  # estimator=p_true (source: p_true)
+    assert MiceRandomForest().needs("p_true") == Needs()  # it reads the view, which declares its own sources
+    assert LinearProbe(representation="mean_pool").needs() == Needs.of(arrays=["mean_pool"])
+    field = FieldCorrection(PlattScaling())  # representation: first_token
+    assert field.needs("verbalized") == Needs.of(sources=["verbalized"], arrays=["first_token"])
+    assert FieldCorrection(MiceLogisticRegression(), representation="features").needs() == Needs()
 
 
 # --- the sklearn contract -----------------------------------------------------------------
@@ -145,9 +161,10 @@ def test_nan_features_warn_and_predict_the_base_rate(estimator: ConfidenceEstima
 def test_rows_with_nan_at_prediction_get_the_base_rate(estimator: ConfidenceEstimator) -> None:
     X, y = toy_data()
     fitted = clone(estimator).fit(view(estimator, X), y)
-    test = view(estimator, toy_data(n=5, seed=2)[0])
-    expected = fitted.predict_proba(test)[:, 1]
-    test[2, 0], expected[2] = np.nan, y.mean()
+    test = toy_data(n=5, seed=2)[0]
+    expected = fitted.predict_proba(view(estimator, test))[:, 1]
+    test[2, -1], expected[2] = np.nan, y.mean()  # the raw confidence, which every estimator reads
+    test = view(estimator, test)
     with pytest.warns(FallbackWarning, match="1 rows"):
         # The field's float32 network rounds differently for a 4-row than a 5-row batch and per CPU /
         # thread layout (relative 6e-6 seen); rtol 1e-4 is far below any base-rate mix-up (>1e-2).

@@ -8,37 +8,40 @@ from sklearn.base import clone
 
 from mice_exp.errors import UserError
 from mice_exp.estimators import BestLayerProbe, LinearProbe, MahalanobisConfidence
+from mice_exp.estimators.blocks import layers
 from mice_exp.features import FeatureSet
 from mice_exp.protocols import holdout, inputs
 
 
-def states(n: int = 80, layers: int = 3, d: int = 4, signal_layer: int = 3, seed: int = 0):
-    """[N, L * d] states where only ``signal_layer`` (1-based) separates correct from incorrect calls."""
+def states(n: int = 80, n_layers: int = 3, d: int = 4, signal_layer: int = 3, seed: int = 0):
+    """X [N, L * d] with columns named by layer, where only ``signal_layer`` (1-based) separates correct
+    from incorrect calls."""
     rng = np.random.default_rng(seed)
     y = np.arange(n) % 2
-    H = rng.normal(size=(n, layers, d))
+    H = rng.normal(size=(n, n_layers, d))
     H[:, signal_layer - 1, 0] += np.where(y == 1, 3.0, -3.0)  # 6 standard deviations apart: separable
-    return H.reshape(n, -1), y
+    return layers(H), y
 
 
 def test_a_probe_separates_linearly_separable_final_states() -> None:
     X, y = states()
     X_test, y_test = states(seed=1)
-    probe = LinearProbe(n_layers=3).fit(X, y)
+    probe = LinearProbe().fit(X, y)
     p = probe.predict_proba(X_test)[:, 1]
+    assert probe.n_layers_ == 3
     assert (p[y_test == 1] > 0.5).all() and (p[y_test == 0] < 0.5).all()
 
 
 def test_a_probe_on_a_layer_without_signal_does_no_better_than_chance() -> None:
     X, y = states(signal_layer=2)
     X_test, y_test = states(signal_layer=2, seed=1)
-    accuracy = (LinearProbe(n_layers=3).fit(X, y).predict(X_test) == y_test).mean()
+    accuracy = (LinearProbe().fit(X, y).predict(X_test) == y_test).mean()
     assert accuracy < 0.75  # the final layer is noise; 80 calls put chance at 0.5 +- 0.06
 
 
 def test_the_best_layer_is_found_by_cross_validation_on_the_training_rows() -> None:
     X, y = states(signal_layer=2)
-    probe = BestLayerProbe(n_layers=3, cv=4).fit(X, y)
+    probe = BestLayerProbe(cv=4).fit(X, y)
     assert probe.layer_ == 2 and probe.cv_scores_.shape == (3,)
     assert np.argmax(probe.cv_scores_) == 1
     p = probe.predict_proba(states(signal_layer=2, seed=1)[0])[:, 1]
@@ -47,7 +50,7 @@ def test_the_best_layer_is_found_by_cross_validation_on_the_training_rows() -> N
 
 def test_mahalanobis_confidence_is_a_probability_ordered_by_the_distance_difference() -> None:
     X, y = states()
-    model = MahalanobisConfidence(n_layers=3).fit(X, y)
+    model = MahalanobisConfidence().fit(X, y)
     X_test = states(seed=1)[0]
     p = model.predict_proba(X_test)[:, 1]
     assert ((p >= 0) & (p <= 1)).all()
@@ -58,7 +61,7 @@ def test_mahalanobis_confidence_is_a_probability_ordered_by_the_distance_differe
 
 
 def test_fixed_shrinkage_and_clone_keep_the_parameters() -> None:
-    model = MahalanobisConfidence(shrinkage=0.5, cv=3, n_layers=3)
+    model = MahalanobisConfidence(shrinkage=0.5, cv=3)
     assert clone(model).get_params() == model.get_params()
     X, y = states()
     assert clone(model).fit(X, y).geometry_.precision.shape == (4, 4)
@@ -67,7 +70,20 @@ def test_fixed_shrinkage_and_clone_keep_the_parameters() -> None:
 def test_a_layer_outside_the_states_is_named() -> None:
     X, y = states()
     with pytest.raises(ValueError, match=r"layer=7; expected 1..3"):
-        LinearProbe(layer=7, n_layers=3).fit(X, y)
+        LinearProbe(layer=7).fit(X, y)
+
+
+def test_states_without_layer_names_are_one_layer() -> None:
+    X, y = states(n_layers=1, signal_layer=1)
+    plain = LinearProbe().fit(X.to_numpy(), y)
+    assert plain.n_layers_ == 1
+    np.testing.assert_array_equal(plain.predict_proba(X.to_numpy()), LinearProbe().fit(X, y).predict_proba(X))
+
+
+def test_layer_blocks_of_unequal_width_are_refused() -> None:
+    X, y = states()
+    with pytest.raises(ValueError, match="are not layers 1..L of one width"):
+        LinearProbe().fit(X.drop(columns="layer2__3"), y)
 
 
 def feature_set(llm_dir) -> FeatureSet:
@@ -85,11 +101,13 @@ def test_the_protocol_hands_a_probe_every_layer_of_its_representation(tmp_path) 
 
     X, y = states(n=6)
     write_jsonl(tmp_path / "shard-00000.jsonl", [{"id": str(i)} for i in range(6)])
-    write_npz(tmp_path / "shard-00000.npz", {"last_token": X.reshape(6, 3, 4).astype(np.float32)})
+    write_npz(tmp_path / "shard-00000.npz", {"last_token": X.to_numpy().reshape(6, 3, 4).astype(np.float32)})
     probe = LinearProbe()
-    assert inputs(probe, feature_set(tmp_path)).shape == (6, 12) and probe.n_layers == 3
-    p, fitted = holdout(MahalanobisConfidence(cv=2), feature_set(tmp_path))
-    assert p.shape == (2,) and fitted.n_layers == 3
+    X = inputs(probe, feature_set(tmp_path))
+    assert X.shape == (6, 12) and list(X.columns[[0, 4, 11]]) == ["layer1__0", "layer2__0", "layer3__3"]
+    p, fitted = holdout(probe, feature_set(tmp_path))
+    assert p.shape == (2,) and fitted.n_layers_ == 3
+    assert probe.get_params() == LinearProbe().get_params() and not hasattr(probe, "n_layers_")  # the caller's, untouched
 
 
 @pytest.mark.parametrize("make_dir", [lambda tmp: None, lambda tmp: tmp], ids=["no cache", "no arrays"])

@@ -202,9 +202,9 @@ class FieldLike(MiceLogisticRegression):
     representation = "features"
     widths: list = []
 
-    def __init__(self, base=None, base_width=None, C=0.5, max_iter=1000):
+    def __init__(self, base=None, C=0.5, max_iter=1000):
         super().__init__(C=C, max_iter=max_iter)
-        self.base, self.base_width = base, base_width
+        self.base = base
 
     def fit(self, X, y):
         FieldLike.widths.append(X.shape[1])

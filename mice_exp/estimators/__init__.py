@@ -3,8 +3,14 @@
 Each class says through ``input_kind`` whether it reads the raw confidence ("confidence", one
 column), the feature view ("features"), every layer of an LLM hidden-state array ("hidden") or a
 base input beside a representation ("field"). Build them from ``conf/estimator/<name>.yaml`` with
-``hydra.utils.instantiate(cfg.estimator.model)``.
+``hydra.utils.instantiate(cfg.estimator.model)``; a new estimator is its module, its export here
+(what the YAML's ``_target_`` names) and the YAML: :func:`estimator_classes` finds it, and a gate
+trusts it (:func:`mice_exp.gate.artifact.trusted_types`).
 """
+
+from __future__ import annotations
+
+from inspect import isabstract
 
 from mice_exp.estimators.base import ConfidenceEstimator, FallbackWarning
 from mice_exp.estimators.field import FieldCorrection
@@ -31,4 +37,11 @@ __all__ = [
     "PlattScaling",
     "RawConfidence",
     "TemperatureScaling",
+    "estimator_classes",
 ]
+
+
+def estimator_classes() -> list[type[ConfidenceEstimator]]:
+    """Every estimator class this package exports, the classes ``conf/estimator`` entries name."""
+    return [c for c in globals().values() if isinstance(c, type) and issubclass(c, ConfidenceEstimator)
+            and not isabstract(c)]

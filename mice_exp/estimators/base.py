@@ -9,9 +9,12 @@ from typing import ClassVar, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import Tags
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from mice_exp.metrics.validation import check_labels
+from mice_exp.needs import Needs
 
 
 class FallbackWarning(UserWarning):
@@ -23,23 +26,44 @@ class ConfidenceEstimator(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
 
     ``input_kind`` says which view of the data X must be: "confidence" (one column, the raw
     confidence in [0, 1]), "features" (the feature-view matrix), "hidden" (every layer of an LLM
-    hidden-state array) or "field" (a base's input beside a representation). Subclasses implement
-    ``_fit(X, y)`` and ``_predict(X) -> p``; this class validates inputs and owns the guard:
-    training on a single class or on NaN/inf features warns and falls back to predicting the
-    training base rate for every example (the best constant, and never a crash mid-sweep);
-    rows with NaN/inf at prediction time get the base rate too. Estimators with ``learns = False``
-    ignore their training data, so they skip the training check.
+    hidden-state array) or "field" (a base's input beside a representation); :meth:`needs` turns it
+    into what a run must provide (checked with the config, before any model loads). An estimator
+    whose X holds several blocks learns their layout in ``fit`` from the column names
+    (:mod:`mice_exp.estimators.blocks`). Subclasses implement ``_fit(X, y)`` and ``_predict(X) -> p``;
+    this class validates inputs and owns the guard: training on a single class or on NaN/inf
+    features warns and falls back to predicting the training base rate for every example (the best
+    constant, and never a crash mid-sweep); rows with NaN/inf at prediction time get the base rate
+    too. Estimators with ``learns = False`` ignore their training data, so they skip the training check.
     """
 
     input_kind: ClassVar[Literal["confidence", "features", "hidden", "field"]]
     #: False for estimators that ignore the training data, which therefore cannot be untrainable.
     learns: ClassVar[bool] = True
+    #: Types beyond skops' defaults (numpy, scipy, scikit-learn) that a fitted instance holds: a gate trusts
+    #: them when it loads one (:func:`mice_exp.gate.artifact.trusted_types`).
+    holds: ClassVar[tuple[str, ...]] = ()
+
+    def needs(self, source: str = "raw") -> Needs:
+        """What X is made of beyond the feature view (whose own needs the view declares): the confidence
+        ``source`` a calibrator reads (``estimator.source``; the raw confidence comes with every record)."""
+        return Needs.of(sources={source} - {"raw"} if self.input_kind == "confidence" else ())
+
+    def __sklearn_tags__(self) -> Tags:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True  # the guard: NaN/inf rows get the training base rate
+        tags.classifier_tags.multi_class = False  # "is the call correct?": labels 0 and 1
+        return tags
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> ConfidenceEstimator:
         """Learn the mapping to confidences, or fall back to the base rate (see class docstring)."""
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False)
-        self._check_view(X)
+        check_classification_targets(y)  # a continuous y: "Unknown label type"
+        if type_of_target(y) == "multiclass":
+            raise ValueError(f"Only binary classification is supported: y says whether each call is correct (0 or 1); "
+                             f"got {np.unique(y).size} classes")
         y = check_labels(y)
+        self._check_view(X)
+        self._learn_layout()
         self.classes_ = np.array([0, 1])
         self.base_rate_ = float(y.mean())
         problem = _untrainable(X, y) if self.learns else None
@@ -89,6 +113,9 @@ class ConfidenceEstimator(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
         finite = X[np.isfinite(X)]  # NaN and inf are left to the guard
         if np.any((finite < 0) | (finite > 1)):
             raise ValueError(f"{type(self).__name__}: confidences must lie in [0, 1]")
+
+    def _learn_layout(self) -> None:
+        """Learn where the blocks of X end from ``feature_names_in_`` (estimators whose X is one block: nothing)."""
 
     @abstractmethod
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:

@@ -1,10 +1,10 @@
 """A base confidence estimator plus the local correction of the miscalibration field
 (Kobalczyk & van der Schaar, 2026; :mod:`mice_exp.regimes`), as one sklearn estimator.
 
-X holds two blocks side by side: the base estimator's own input (its first ``base_width``
-columns: the raw confidence or the feature view) and a representation of the example (by
-default the final layer's hidden state at the last prompt token); :func:`mice_exp.protocols.inputs`
-assembles them and sets ``base_width``.
+X holds two named blocks side by side (:mod:`mice_exp.estimators.blocks`): ``base__*``, the base
+estimator's own input (the raw confidence, the feature view, ...), and ``representation__*``, a
+representation of the example (by default the final layer's hidden state at the last prompt token);
+:func:`mice_exp.protocols.inputs` assembles them, and ``fit`` learns ``base_width_`` from the names.
 
 Fitting needs residuals y - f on points whose f the base did not see: a random forest predicts
 its own training rows almost perfectly, so in-sample residuals would show no miscalibration at
@@ -26,7 +26,9 @@ from sklearn.base import clone
 from sklearn.model_selection import StratifiedKFold, cross_val_predict, train_test_split
 
 from mice_exp.estimators.base import ConfidenceEstimator
+from mice_exp.estimators.blocks import blocks_of, named
 from mice_exp.estimators.recalibration import IsotonicCalibration, TemperatureScaling
+from mice_exp.needs import Needs
 
 if TYPE_CHECKING:  # mice_exp.regimes trains with torch: imported when a field is fitted, not with the estimators
     from mice_exp.regimes import Diagnosis, MiscalibrationField, Triples
@@ -39,7 +41,6 @@ class FieldCorrection(ConfidenceEstimator):
         base: any mice_exp confidence estimator (unfitted).
         representation: what x is: "first_token" / "last_token" / "mean_pool" (an LLM-stage array,
             final layer) or "features" (the run's feature view).
-        base_width: how many leading columns of X are the base's input (set by the protocol).
         preset: "llm" (h 512, d_out 128) or "synthetic" (h 256, d_out 64) network sizes.
         field: overrides of :class:`mice_exp.regimes.FieldConfig` (sigmas, lambdas, lr, ...).
         val_fraction: share of the training rows that select sigma, lambda and alpha.
@@ -49,22 +50,33 @@ class FieldCorrection(ConfidenceEstimator):
     input_kind = "field"
 
     def __init__(self, base: ConfidenceEstimator | None = None, representation: str = "first_token",
-                 base_width: int | None = None, preset: str = "llm", field: Mapping[str, Any] | None = None,
-                 val_fraction: float = 0.25, cv: int = 5, seed: int = 0):
+                 preset: str = "llm", field: Mapping[str, Any] | None = None, val_fraction: float = 0.25,
+                 cv: int = 5, seed: int = 0):
         self.base = base
         self.representation = representation
-        self.base_width = base_width
         self.preset = preset
         self.field = field
         self.val_fraction = val_fraction
         self.cv = cv
         self.seed = seed
 
-    def _blocks(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.base_width is None or not 0 < self.base_width < X.shape[1]:
-            raise ValueError(f"FieldCorrection: base_width={self.base_width} does not split {X.shape[1]} columns "
-                             "into the base's input and a representation; build X with mice_exp.protocols.inputs")
-        return X[:, :self.base_width], X[:, self.base_width:]
+    def needs(self, source: str = "raw") -> Needs:
+        """Its base's needs, and the LLM-stage array its representation is (unless it is the feature view)."""
+        arrays = () if self.representation == "features" else (self.representation,)
+        return self.base.needs(source) | Needs.of(arrays=arrays)
+
+    def _learn_layout(self) -> None:
+        blocks = blocks_of(getattr(self, "feature_names_in_", None))
+        if list(blocks) != ["base", "representation"]:
+            raise ValueError(f"FieldCorrection reads X as the named blocks base__* then representation__*, got "
+                             f"{list(blocks) or 'no block names'}; build X with mice_exp.protocols.inputs or "
+                             "mice_exp.estimators.blocks.side_by_side")
+        self.base_columns_ = blocks["base"]
+        self.base_width_ = len(self.base_columns_)
+
+    def _blocks(self, X: np.ndarray) -> tuple[Any, np.ndarray]:
+        """The base's input (named as the base was fitted on it) and the representation."""
+        return named(X[:, :self.base_width_], self.base_columns_), X[:, self.base_width_:]
 
     def _out_of_fold(self, B: np.ndarray, y: np.ndarray) -> np.ndarray:
         folds = min(self.cv, int(np.bincount(y, minlength=2).min()))

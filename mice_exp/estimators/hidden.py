@@ -1,8 +1,9 @@
 """Linear probes on the LLM's hidden states: the baselines a learned estimator has to beat.
 
 X is one LLM-stage array (``representation``: "last_token", "first_token" or "mean_pool") with its
-L layers side by side, [N, L * d]; :func:`mice_exp.protocols.inputs` builds it and sets ``n_layers``
-so the estimator can split it back into layers.
+L layers side by side, [N, L * d], columns named ``layer<l>__<j>`` (:func:`mice_exp.estimators.blocks.layers`;
+:func:`mice_exp.protocols.inputs` builds it): ``fit`` learns ``n_layers_`` from the names. X without
+layer names is one layer's state.
 """
 
 from __future__ import annotations
@@ -14,19 +15,35 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from mice_exp.estimators.base import ConfidenceEstimator
+from mice_exp.estimators.blocks import blocks_of
+from mice_exp.needs import Needs
 
 
 class HiddenStateEstimator(ConfidenceEstimator):
-    """Reads X = [N, L * d] hidden states; ``n_layers`` (set by the protocol) says where layers end."""
+    """Reads X = [N, L * d] hidden states of its ``representation``; learns ``n_layers_`` from X's column names."""
 
     input_kind = "hidden"
+    representation: str
+
+    def needs(self, source: str = "raw") -> Needs:
+        return Needs.of(arrays=[self.representation])
+
+    def _learn_layout(self) -> None:
+        blocks = blocks_of(getattr(self, "feature_names_in_", None))
+        if not blocks or not all(name.startswith("layer") for name in blocks):
+            self.n_layers_ = 1  # no layer names: X is one layer's state
+            return
+        expected = [f"layer{layer}" for layer in range(1, len(blocks) + 1)]
+        widths = {len(columns) for columns in blocks.values()}
+        if list(blocks) != expected or len(widths) != 1:
+            raise ValueError(f"{type(self).__name__}: X's layer blocks {list(blocks)[:4]}... of widths "
+                             f"{sorted(widths)} are not layers 1..L of one width; build X with "
+                             "mice_exp.estimators.blocks.layers")
+        self.n_layers_ = len(blocks)
 
     def _layers(self, X: np.ndarray) -> np.ndarray:
         """X as [N, L, d]."""
-        if not self.n_layers or X.shape[1] % self.n_layers:
-            raise ValueError(f"{type(self).__name__}: n_layers={self.n_layers} does not split {X.shape[1]} columns "
-                             "into layers; build X with mice_exp.protocols.inputs")
-        return X.reshape(len(X), self.n_layers, -1)
+        return X.reshape(len(X), self.n_layers_, -1)
 
     def _layer(self, X: np.ndarray, layer: int | None) -> np.ndarray:
         """Layer ``layer`` (1-based, as the feature views count) or the final one (None), [N, d]."""
@@ -48,19 +65,18 @@ class LinearProbe(HiddenStateEstimator):
         representation: which LLM-stage array X holds (read by the protocol).
         layer: 1-based layer number, or None for the final layer.
         C: inverse L2 strength of the logistic regression.
-        n_layers: how many layers X holds side by side (set by the protocol).
     """
 
     def __init__(self, representation: str = "last_token", layer: int | None = None, C: float = 1.0,
-                 max_iter: int = 1000, n_layers: int | None = None):
+                 max_iter: int = 1000):
         self.representation = representation
         self.layer = layer
         self.C = C
         self.max_iter = max_iter
-        self.n_layers = n_layers
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
         self.model_ = probe(self.C, self.max_iter).fit(self._layer(X, self.layer), y)
+        self.n_iter_ = self.model_[-1].n_iter_  # did it converge within max_iter?
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
         return self.model_.predict_proba(self._layer(X, self.layer))[:, 1]
@@ -75,19 +91,18 @@ class BestLayerProbe(HiddenStateEstimator):
     there is nothing to cross-validate and the final layer is used.
 
     Args:
-        representation, C, max_iter, n_layers: as :class:`LinearProbe`.
+        representation, C, max_iter: as :class:`LinearProbe`.
         cv: folds (fewer when a class has fewer calls).
         seed: shuffles the folds.
     """
 
     def __init__(self, representation: str = "last_token", C: float = 1.0, max_iter: int = 1000, cv: int = 5,
-                 seed: int = 0, n_layers: int | None = None):
+                 seed: int = 0):
         self.representation = representation
         self.C = C
         self.max_iter = max_iter
         self.cv = cv
         self.seed = seed
-        self.n_layers = n_layers
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
         states = self._layers(X)
@@ -101,6 +116,7 @@ class BestLayerProbe(HiddenStateEstimator):
                                         for i in range(states.shape[1])])
         self.layer_ = states.shape[1] if folds < 2 else int(np.argmax(self.cv_scores_)) + 1
         self.model_ = probe(self.C, self.max_iter).fit(states[:, self.layer_ - 1], y)
+        self.n_iter_ = self.model_[-1].n_iter_
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
         return self.model_.predict_proba(self._layer(X, self.layer_))[:, 1]

@@ -17,6 +17,7 @@ class KernelRegression(ConfidenceEstimator):
     """
 
     input_kind = "confidence"
+    holds = ("relplot.estimators.KernelSmoother", "relplot.kernels.ReflectedGaussianKernel")
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
         import relplot

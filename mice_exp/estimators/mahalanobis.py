@@ -47,21 +47,22 @@ class MahalanobisConfidence(HiddenStateEstimator):
     """P(correct) from the distance difference to the class means of one layer's states.
 
     Args:
-        representation, layer, n_layers: as :class:`mice_exp.estimators.hidden.LinearProbe`.
+        representation, layer: as :class:`mice_exp.estimators.hidden.LinearProbe`.
         shrinkage: covariance shrinkage in [0, 1], or None for Ledoit-Wolf's estimate.
         cv: folds for the cross-fitted training scores (fewer when a class has fewer calls; with
             fewer than two calls of a class the calibration uses in-sample scores).
         seed: shuffles the folds.
     """
 
+    holds = (f"{Geometry.__module__}.{Geometry.__qualname__}",)
+
     def __init__(self, representation: str = "last_token", layer: int | None = None, shrinkage: float | None = None,
-                 cv: int = 5, seed: int = 0, n_layers: int | None = None):
+                 cv: int = 5, seed: int = 0):
         self.representation = representation
         self.layer = layer
         self.shrinkage = shrinkage
         self.cv = cv
         self.seed = seed
-        self.n_layers = n_layers
 
     def _cross_fitted_scores(self, H: np.ndarray, y: np.ndarray) -> np.ndarray:
         folds = min(self.cv, int(np.bincount(y, minlength=2).min()))

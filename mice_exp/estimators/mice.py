@@ -26,6 +26,7 @@ class MiceLogisticRegression(ConfidenceEstimator):
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
         self.model_ = LogisticRegression(C=self.C, max_iter=self.max_iter).fit(X, y)
+        self.n_iter_ = self.model_.n_iter_  # did it converge within max_iter?
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
         return self.model_.predict_proba(X)[:, 1]
@@ -39,6 +40,7 @@ class MiceRandomForest(ConfidenceEstimator):
     """
 
     input_kind = "features"
+    holds = ("sklearn.tree._tree.Tree",)  # the trees of a forest saved before pack_forest (gates of earlier versions)
 
     def __init__(
         self,

@@ -14,26 +14,34 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 import numpy as np
 
 from mice_exp.compose import build_object
+from mice_exp.estimators.blocks import column_names, layers, named, side_by_side
 from mice_exp.features.hidden import hidden_states
 
 if TYPE_CHECKING:  # annotations only
+    import pandas as pd
+
     from mice_exp.estimation import Row, Study
     from mice_exp.features import FeatureSet
 
 
-def inputs(estimator, fs: FeatureSet, source: str = "raw") -> np.ndarray:
+def inputs(estimator, fs: FeatureSet, source: str = "raw") -> np.ndarray | pd.DataFrame:
     """Calibrators see one confidence (raw by default) alone; MICE-style estimators see the feature view;
-    hidden-state estimators every layer of their representation side by side (and learn how many);
-    a field correction sees its base's input followed by its representation (and learns where one ends)."""
+    hidden-state estimators every layer of their representation side by side, named by layer; a field
+    correction its base's input, then its representation, as two named blocks. The estimators learn the
+    layout from the names (:mod:`mice_exp.estimators.blocks`); nothing is set on them."""
     if estimator.input_kind == "hidden":
-        states = hidden_states(fs, estimator.representation)
-        estimator.set_params(n_layers=states.shape[1])
-        return states.reshape(len(states), -1)
+        return layers(hidden_states(fs, estimator.representation))
     if estimator.input_kind == "field":
         base = inputs(estimator.base, fs, source)
-        estimator.set_params(base_width=base.shape[1])
-        return np.hstack([base, fs.representation(estimator.representation)])
+        if column_names(base) is None:  # one confidence or the feature view: named as the view names them
+            base = named(base, [source] if estimator.base.input_kind == "confidence" else fs.columns)
+        return side_by_side({"base": base, "representation": fs.representation(estimator.representation)})
     return fs.confidence_of(source)[:, None] if estimator.input_kind == "confidence" else fs.X
+
+
+def take(X: np.ndarray | pd.DataFrame, rows: np.ndarray | list[int]) -> np.ndarray | pd.DataFrame:
+    """The rows ``rows`` (a mask or positions) of what :func:`inputs` returned."""
+    return X.iloc[rows] if hasattr(X, "iloc") else X[rows]
 
 
 @dataclass

@@ -61,6 +61,7 @@ from tqdm.auto import tqdm
 
 from mice_exp.errors import UserError
 from mice_exp.estimators.base import FallbackWarning
+from mice_exp.estimators.blocks import column_names, named
 from mice_exp.metrics import auc_etcu
 from mice_exp.protocols.base import Outcome, Protocol, inputs
 from mice_exp.tracking.schema import SAMPLE_EFFICIENCY_CSV, SAMPLE_EFFICIENCY_FIGURE
@@ -94,7 +95,7 @@ def partitions(n_train: int, size: int, trial: int, seed: int) -> np.ndarray:
     return order[: n_groups * size].reshape(n_groups, size)
 
 
-def _task(estimators: Mapping[str, tuple[Any, str]], data: Mapping[str, np.ndarray], rows: np.ndarray,
+def _task(estimators: Mapping[str, tuple[Any, str]], data: Mapping[str, Any], rows: np.ndarray,
           _cache: dict = {}) -> list[tuple[float, bool]]:  # noqa: B006 (per-process controller cache)
     """Fit every (estimator, view) on the training rows ``rows``; AUC-ETCU on test and whether it fell back.
 
@@ -109,8 +110,9 @@ def _task(estimators: Mapping[str, tuple[Any, str]], data: Mapping[str, np.ndarr
         warnings.simplefilter("ignore", FallbackWarning)
         y_train = np.asarray(data["y_train"][rows])
         for estimator, view in estimators.values():
-            fitted = clone(estimator).fit(np.asarray(data[f"{view}/train"][rows]), y_train)
-            p = fitted.predict_proba(data[f"{view}/test"])[:, 1]
+            names = data.get(f"{view}/columns")
+            fitted = clone(estimator).fit(named(np.asarray(data[f"{view}/train"][rows]), names), y_train)
+            p = fitted.predict_proba(named(data[f"{view}/test"], names))[:, 1]
             out.append((auc_etcu(p, data["y_test"]), bool(fitted.fallback_)))
     return out
 
@@ -120,7 +122,8 @@ def _by_value(func):
 
     Importing this module means importing ``mice_exp.protocols`` and through it the feature views,
     the estimation rows, Hydra and matplotlib, a second per fresh worker; shipped by value, ``_task``
-    only makes workers import what it references (sklearn, mice_exp.estimators / metrics, threadpoolctl).
+    only makes workers import what it references (sklearn, mice_exp.estimators / metrics, threadpoolctl; pandas
+    only for an estimator whose input is named blocks).
     The copy gets its own empty ``_cache`` (a process's thread-pool controller is not picklable).
     """
     copy = types.FunctionType(func.__code__, func.__globals__, func.__name__, ({},), func.__closure__)
@@ -128,12 +131,13 @@ def _by_value(func):
     return copy
 
 
-def input_slot(matrix: np.ndarray) -> str:
-    """Where an estimator's input matrix is kept for the tasks: its content's digest, so estimators
-    share a matrix exactly when their inputs are identical (two calibrators of the raw confidence),
-    never because their settings look alike (a field correction on raw confidence reads more
-    columns than the calibrator of that confidence)."""
-    digest = hashlib.blake2b(repr((matrix.shape, matrix.dtype.str)).encode(), digest_size=16)
+def input_slot(X: np.ndarray | pd.DataFrame) -> str:
+    """Where an estimator's input (:func:`~mice_exp.protocols.inputs`) is kept for the tasks: a digest of its
+    values and column names, so estimators share a matrix exactly when their inputs are identical (two
+    calibrators of the raw confidence), never because their settings look alike (a field correction on
+    raw confidence reads more columns than the calibrator of that confidence)."""
+    matrix = np.asarray(X, dtype=np.float64)
+    digest = hashlib.blake2b(repr((matrix.shape, matrix.dtype.str, column_names(X))).encode(), digest_size=16)
     digest.update(memoryview(np.ascontiguousarray(matrix)).cast("B"))
     return f"inputs-{digest.hexdigest()}"
 
@@ -184,10 +188,13 @@ def sample_efficiency_scores(
     data = {"y_train": fs.labels[train], "y_test": fs.labels[test]}
     for key, estimator in estimators.items():
         copy = _single_threaded(estimator)
-        matrix = np.ascontiguousarray(inputs(copy, fs, sources.get(key, "raw")), dtype=np.float64)
-        slot = input_slot(matrix)
+        X = inputs(copy, fs, sources.get(key, "raw"))
+        slot = input_slot(X)
         if f"{slot}/train" not in data:
+            matrix = np.asarray(X, dtype=np.float64)
             data[f"{slot}/train"], data[f"{slot}/test"] = matrix[train], matrix[test]
+            if column_names(X) is not None:  # the layout the estimator learns from X's column names
+                data[f"{slot}/columns"] = column_names(X)
         local[key] = (copy, slot)
     keys = [(s, t, g) for s in sizes for t in range(trials) for g in range(train.size // s)]
     groups = {(s, t): partitions(train.size, s, t, seed) for s in sizes for t in range(trials)}
@@ -203,7 +210,7 @@ def sample_efficiency_scores(
                               if c.name == "estimator" else c, kind="stable").reset_index(drop=True)
 
 
-def _fits(local: Mapping[str, Any], data: dict[str, np.ndarray], keys: list[tuple[int, int, int]],
+def _fits(local: Mapping[str, Any], data: dict[str, Any], keys: list[tuple[int, int, int]],
           groups: Mapping[tuple[int, int], np.ndarray], n_jobs: int | None) -> Iterator[Any]:
     """Every (size, trial, group) fit's result in ``keys`` order, as it finishes: a plain loop, or loky
     workers reading arrays shared through files that live as long as the iteration."""

@@ -16,7 +16,7 @@ from sklearn.base import clone
 from mice_exp.data.splits import loao_folds
 from mice_exp.errors import UserError
 from mice_exp.estimation import table
-from mice_exp.protocols.base import Outcome, Protocol, inputs
+from mice_exp.protocols.base import Outcome, Protocol, inputs, take
 
 if TYPE_CHECKING:  # annotations only
     from mice_exp.estimation import Study
@@ -27,8 +27,8 @@ def holdout(estimator, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray,
     """Train on the training split, predict the test split; also return the fitted estimator."""
     train, test = fs.rows("train"), fs.rows("test")
     X = inputs(estimator, fs, source)
-    fitted = clone(estimator).fit(X[train], fs.labels[train])
-    return fitted.predict_proba(X[test])[:, 1], fitted
+    fitted = clone(estimator).fit(take(X, train), fs.labels[train])
+    return fitted.predict_proba(take(X, test))[:, 1], fitted
 
 
 def loao(estimator, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray, None]:
@@ -39,7 +39,7 @@ def loao(estimator, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray, No
     for fold in loao_folds(fs.apis, fs.splits):
         if fold.test:
             train, held = list(fold.train), list(fold.test)
-            out[held] = clone(estimator).fit(X[train], fs.labels[train]).predict_proba(X[held])[:, 1]
+            out[held] = clone(estimator).fit(take(X, train), fs.labels[train]).predict_proba(take(X, held))[:, 1]
     return out[fs.rows("test")], None
 
 
