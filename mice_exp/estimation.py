@@ -19,10 +19,13 @@ from hydra.utils import instantiate
 from joblib import Parallel, delayed
 
 from mice_exp.errors import UserError
-from mice_exp.metrics import ALPHA, PAPER_RISKS, Risk, evaluate, permutation_test, smece, smece_rows
-from mice_exp.metrics.permutation import Metric, RowsMetric
-from mice_exp.metrics.utility import auc_etcu, etcu
-from mice_exp.tracking.schema import MARKS, TABLE_METRICS, action_belief_key, agent_key, pvalue_key
+from mice_exp.metrics import ALPHA, PAPER_RISKS, Risk, etcu, evaluate, permutation_test
+from mice_exp.metrics.registry import METRICS, TABLE1, metric, table_metrics
+from mice_exp.needs import Needs
+from mice_exp.tracking.schema import MARKS, action_belief_key, agent_key, pvalue_key
+
+#: The console table's columns (MICE Table 1's).
+TABLE_METRICS = table_metrics(TABLE1)
 
 
 @dataclass
@@ -44,6 +47,11 @@ class Candidate:
     name: str
     estimator: Any
     source: str = "raw"
+
+    @property
+    def needs(self) -> Needs:
+        """What the estimator reads beyond the feature view, with the source it calibrates."""
+        return self.estimator.needs(self.source)
 
 
 def baseline_entry(baselines: Mapping[str, Any] | None, key: str, where: str) -> Mapping[str, Any]:
@@ -84,15 +92,6 @@ def risks_from(cfg_risk: Mapping[str, Any]) -> dict[str, Risk]:
     return risks
 
 
-def _metric_fns(name: str, risks: Mapping[str, Risk]) -> tuple[Metric, RowsMetric | None]:
-    """A table metric as permutation_test compares it (higher is better), and its rows form if it has one."""
-    if name == "smece":  # lower is better: compare negated
-        return (lambda p, y: -smece(p, y)), (lambda p, y: -smece_rows(p, y))
-    if name == "auc_etcu":
-        return auc_etcu, None
-    return (lambda p, y: etcu(p, y, risks[name.removeprefix("etcu_")])), None
-
-
 @dataclass
 class Study:
     """What a protocol fits and how its rows are scored: the run's estimator (``main``), the reference
@@ -128,9 +127,9 @@ class Study:
     def heading(self, protocol: str, n_test: int) -> str:
         return f"{self.llm} on {self.dataset} ({protocol}, features {self.features}, {n_test} test examples)"
 
-    def _test(self, metric: str, p_main: np.ndarray, p_ref: np.ndarray, y: np.ndarray) -> Any:
-        """The delayed permutation test of ``metric`` between the run's estimator and a reference row."""
-        fn, rows_fn = _metric_fns(metric, self.risks)
+    def _test(self, name: str, p_main: np.ndarray, p_ref: np.ndarray, y: np.ndarray) -> Any:
+        """The delayed permutation test of metric ``name`` between the run's estimator and a reference row."""
+        fn, rows_fn = metric(name).oriented(self.risks)
         return delayed(permutation_test)(fn, p_main, p_ref, y, n_permutations=self.permutations, seed=self.seed,
                                          alpha=ALPHA, rows_metric=rows_fn)
 
@@ -141,12 +140,12 @@ class Study:
         by_key = {r.key: r for r in rows}
         main = rows[-1]
         tested = self.permutations > 0  # 0: no significance tests (sweeps that only need the metrics)
-        pairs = [(ref, metric) for ref in MARKS if tested and ref in by_key and ref != main.key for metric in TABLE_METRICS]
-        tests = Parallel(n_jobs=self.n_jobs)(self._test(metric, main.p, by_key[ref].p, y) for ref, metric in pairs)
-        for (ref, metric), test in zip(pairs, tests):
-            main.metrics[pvalue_key(metric, ref)] = test.p_value
+        pairs = [(ref, m) for ref in MARKS if tested and ref in by_key and ref != main.key for m in TABLE_METRICS]
+        tests = Parallel(n_jobs=self.n_jobs)(self._test(m, main.p, by_key[ref].p, y) for ref, m in pairs)
+        for (ref, m), test in zip(pairs, tests):
+            main.metrics[pvalue_key(m, ref)] = test.p_value
             if test.p_value < ALPHA and test.difference > 0:
-                main.marks[metric] = main.marks.get(metric, "") + MARKS[ref]
+                main.marks[m] = main.marks.get(m, "") + MARKS[ref]
         return rows
 
 
@@ -162,12 +161,15 @@ def feature_weights(row: Row, columns: list[str]) -> tuple[np.ndarray, str] | No
 
 def table(rows: list[Row], title: str) -> str:
     """Console table in the layout of MICE Table 1."""
-    head = f"{'Confidence estimator':<28}{'smECE':>9}{'Low':>9}{'Medium':>9}{'High':>9}{'AUC':>9}"
+    columns = [METRICS[m] for m in TABLE_METRICS]
+    head = f"{'Confidence estimator':<28}" + "".join(f"{m.console:>9}" for m in columns)
     lines = [title, head, "-" * len(head)]
     for row in rows:
-        cells = "".join(f"{row.metrics[m]:>8.3f}{row.marks.get(m, ' '):<1}" for m in TABLE_METRICS)
+        cells = "".join(f"{row.metrics[m.name]:>8.3f}{row.marks.get(m.name, ' '):<1}" for m in columns)
         lines.append(f"{row.name:<28}{cells}")
-    lines.append("smECE lower is better; tool-calling utility (Low/Medium/High risk, AUC) higher is better. "
+    lower = ", ".join(m.console for m in columns if not m.higher_is_better)
+    higher = ", ".join(m.console for m in columns if m.higher_is_better)
+    lines.append(f"{lower} lower is better; {higher} higher is better. "
                  f"* / † : significantly better than HRE / NWKR (permutation test, p < {ALPHA}).")
     return "\n".join(lines)
 

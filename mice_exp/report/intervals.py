@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mice_exp.metrics import PAPER_RISKS, auc_etcu, etcu, smece, smece_rows
+from mice_exp.metrics import PAPER_RISKS
 from mice_exp.metrics.bootstrap import bootstrap_intervals
+from mice_exp.metrics.registry import metric
 from mice_exp.report.plots import PredictionsFn, prediction_pair
 from mice_exp.report.tables import METRICS
 
-#: Table metric -> f(p, y), the functions the job logged the cell's value with.
-TABLE_METRICS = {"smece": smece, **{f"etcu_{name}": (lambda p, y, r=risk: etcu(p, y, r))
-                                    for name, risk in PAPER_RISKS.items()}, "auc_etcu": auc_etcu}
-ROWS_METRICS = {"smece": smece_rows}
+#: Table metric -> f(p, y), the functions the job logged the cell's value with (at the paper's risks).
+TABLE_METRICS = {m: metric(m).at(PAPER_RISKS) for m in METRICS}
+ROWS_METRICS = {m: metric(m).rows for m in METRICS if metric(m).rows is not None}
 RESAMPLES = 200
 
 

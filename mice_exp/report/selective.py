@@ -12,13 +12,15 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from mice_exp.metrics import registry
+from mice_exp.metrics.registry import metric
 from mice_exp.report.collect import RunRecord
 from mice_exp.report.tables import ID_COLUMNS, cell, rank_styles
 
 SELECTIVE = "selective"
-METRICS = ("smece", "auc_etcu", "prr", "aurc")
-HEADERS = {"smece": "smECE (↓)", "auc_etcu": "AUC-ETCU (↑)", "prr": "PRR (↑)", "aurc": "AURC (↓)"}
-LOWER_IS_BETTER = frozenset({"smece", "aurc"})
+METRICS = registry.table_metrics(registry.SELECTIVE)
+#: Beside PRR and AURC, Table 1's "AUC" would not say which curve.
+HEADERS = {m: metric(m).header for m in METRICS} | {"auc_etcu": "AUC-ETCU (↑)"}
 CAPTION = ("Selective prediction on Table 1's rows: PRR, the prediction-rejection ratio (1: oracle, 0: random "
            "rejection), and AURC, the area under the risk-coverage curve (Malinin et al.; Geifman et al.). "
            "**Bold**: best, <u>underline</u>: second best in each column for each model.")
@@ -39,8 +41,9 @@ def selective_table(table1: pd.DataFrame, records: Sequence[RunRecord]) -> pd.Da
     blocks = frame.groupby(["dataset", "llm"], sort=False).groups.values()
     for m in METRICS:
         frame[f"{m}_style"] = ""
+        lower_is_better = not metric(m).higher_is_better
         for index in blocks:
-            frame.loc[index, f"{m}_style"] = rank_styles(frame.loc[index, m].tolist(), m in LOWER_IS_BETTER)
+            frame.loc[index, f"{m}_style"] = rank_styles(frame.loc[index, m].tolist(), lower_is_better)
     return frame
 
 

@@ -3,11 +3,11 @@
 Pure pandas on :class:`~mice_exp.report.collect.RunRecord` lists; no MLflow here.
 
 Both tables come out as one long DataFrame (one row per table row) with, per metric ``m`` of
-:data:`METRICS`, the value ``m``, its significance marks ``m_mark`` and its style ``m_style``
-(``bold``: best in its block and column, ``underline``: second best, ``""``). Ranking follows
-the paper: it is dense and done on the values as printed (3 decimals), so rows that print the
-same value share the style (Table 1 bolds five 0.356 and underlines the 0.351 below them).
-smECE is better lower, every utility higher.
+:data:`METRICS` (the registry's Table 1 metrics, :mod:`mice_exp.metrics.registry`), the value ``m``,
+its significance marks ``m_mark`` and its style ``m_style`` (``bold``: best in its block and column,
+``underline``: second best, ``""``). Ranking follows the paper: it is dense and done on the values as
+printed (3 decimals), so rows that print the same value share the style (Table 1 bolds five 0.356 and
+underlines the 0.351 below them), each metric in its registered direction (smECE lower, every utility higher).
 
 Marks follow Table 1: ``*`` significantly better than HRE, ``†`` than NWKR. A run logs
 p-values ``pvalue_<m>_vs_<ref>`` against the reference rows it trained itself (always in-domain,
@@ -23,16 +23,15 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from mice_exp.metrics import registry
 from mice_exp.metrics.permutation import ALPHA
+from mice_exp.metrics.registry import metric
 from mice_exp.report.arguments import DEFAULT_FEATURES
 from mice_exp.report.collect import RunRecord
 from mice_exp.tracking.schema import MARKS, baseline_key, pvalue_key
-from mice_exp.tracking.schema import TABLE_METRICS as METRICS
 
-#: Headers of the table's columns (:data:`METRICS`, the schema's table metrics).
-HEADERS = {"smece": "smECE (↓)", "etcu_low": "Low risk (↑)", "etcu_medium": "Medium risk (↑)",
-           "etcu_high": "High risk (↑)", "auc_etcu": "AUC (↑)"}
-LOWER_IS_BETTER = frozenset({"smece"})
+#: The columns of Tables 1 and 2, in the paper's order.
+METRICS = registry.table_metrics(registry.TABLE1)
 DECIMALS = 3
 
 #: Display names of reference rows (the runs' own ``estimator.name`` params win when present).
@@ -80,10 +79,6 @@ def is_mice(key: str) -> bool:
     return key.startswith("mice")
 
 
-def better(value: float, reference: float, metric: str) -> bool:
-    return value < reference if metric in LOWER_IS_BETTER else value > reference
-
-
 def _finite(value: float | None) -> bool:
     return value is not None and isinstance(value, (int, float)) and math.isfinite(value)
 
@@ -104,7 +99,7 @@ def rank_styles(values: Sequence[float | None], lower_is_better: bool, decimals:
     return [styles.get(v, "") if v is not None else "" for v in printed]
 
 
-def significance_marks(metrics: Mapping[str, float], metric: str,
+def significance_marks(metrics: Mapping[str, float], name: str,
                        displayed: Mapping[str, float] | None = None) -> str:
     """``*`` / ``†`` for a run better than HRE / NWKR with p < 0.05 (see module docstring).
 
@@ -112,14 +107,14 @@ def significance_marks(metrics: Mapping[str, float], metric: str,
     the run to beat those displayed values, so no mark ever sits next to a better baseline.
     """
     out = ""
-    value = metrics.get(metric)
+    column, value = metric(name), metrics.get(name)
     for ref, mark in MARKS.items():
-        p = metrics.get(pvalue_key(metric, ref))
-        reference = metrics.get(baseline_key(ref, metric))
-        shown = (displayed or metrics).get(baseline_key(ref, metric), reference)
-        if _finite(shown) and _finite(value) and not better(value, shown, metric):
+        p = metrics.get(pvalue_key(name, ref))
+        reference = metrics.get(baseline_key(ref, name))
+        shown = (displayed or metrics).get(baseline_key(ref, name), reference)
+        if _finite(shown) and _finite(value) and not column.better(value, shown):
             continue
-        if _finite(p) and _finite(value) and _finite(reference) and p < ALPHA and better(value, reference, metric):
+        if _finite(p) and _finite(value) and _finite(reference) and p < ALPHA and column.better(value, reference):
             out += mark
     return out
 
@@ -188,7 +183,8 @@ def add_styles(frame: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
         return frame
     for _, index in frame.groupby(list(by), sort=False).groups.items():
         for m in METRICS:
-            frame.loc[index, f"{m}_style"] = rank_styles(frame.loc[index, m].tolist(), m in LOWER_IS_BETTER)
+            lower_is_better = not metric(m).higher_is_better
+            frame.loc[index, f"{m}_style"] = rank_styles(frame.loc[index, m].tolist(), lower_is_better)
     return frame
 
 
@@ -320,7 +316,7 @@ def _escape(text: str) -> str:
 
 def to_markdown(frame: pd.DataFrame, row_header: str, block_header: str = "Model", marks: bool = True) -> str:
     """A table in the paper's layout: the model's name on the first row of its block."""
-    head = [block_header, row_header, *(HEADERS[m] for m in METRICS)]
+    head = [block_header, row_header, *(metric(m).header for m in METRICS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":---", ":---"] + ["---:"] * len(METRICS)) + "|"]
     previous = None
     for row in frame.itertuples(index=False):

@@ -26,8 +26,6 @@ LOCAL_UI = "http://127.0.0.1:5000"
 KIND_TAG, ML_KIND = "mlflow.experimentKind", "custom_model_development"
 VIEW_KEY = "mice_exp_table1"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
-#: MICE Table 1's metrics, then selective prediction's (as ``mice_exp.estimation`` and the report log them).
-METRIC_COLUMNS = ("smece", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu", "prr", "aurc")
 #: The tags that say what a run is: its name joins them, its columns show them.
 TAG_COLUMNS = ("llm", "features", "estimator", "protocol", "risk")
 
@@ -40,10 +38,13 @@ def run_name(tags: Mapping[str, str]) -> str:
 RUN_NAME_COLUMN = "attributes.`Run Name`"
 
 
-def view_state(metrics: Sequence[str] = METRIC_COLUMNS, tags: Sequence[str] = TAG_COLUMNS) -> dict:
-    """The saved view: metric columns in Table 1's order (the UI sorts them alphabetically otherwise),
-    then the describing tags; the run name wide enough to read; best AUC-ETCU on top."""
-    columns = [f"metrics.`{m}`" for m in metrics] + [f"tags.`{t}`" for t in tags]
+def view_state(metrics: Sequence[str] | None = None, tags: Sequence[str] = TAG_COLUMNS) -> dict:
+    """The saved view: metric columns (default: the tables' metrics, MICE Table 1's then selective
+    prediction's) in that order (the UI sorts them alphabetically otherwise), then the describing tags;
+    the run name wide enough to read; best AUC-ETCU on top."""
+    from mice_exp.metrics.registry import METRICS  # numpy and scikit-learn: not with every import of tracking
+
+    columns = [f"metrics.`{m}`" for m in metrics or METRICS] + [f"tags.`{t}`" for t in tags]
     widths = {RUN_NAME_COLUMN: 330} | {column: 96 for column in columns}
     return {"selectedColumns": columns, "columnOrder": [RUN_NAME_COLUMN, *columns], "columnWidths": widths,
             "orderByKey": "metrics.`auc_etcu`", "orderByAsc": False}

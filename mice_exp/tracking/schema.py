@@ -11,8 +11,7 @@ from mice_exp.cache import stable_hash
 
 # --------------------------------------------------------------------------- metrics
 
-#: MICE Table 1's columns, in the paper's order: a run's own metrics under these names.
-TABLE_METRICS = ("smece", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu")
+# A run's own metrics are named by mice_exp.metrics (the tables' columns: mice_exp.metrics.registry).
 #: Reference rows every run tests its estimator against, and the mark of a significant win (Table 1).
 MARKS = {"hre": "*", "nwkr": "†"}
 #: The run's optimised metric; present only in runs that reached the estimation stage.
