@@ -184,20 +184,40 @@ def used_baselines(estimator: Mapping[str, Any], baselines: Mapping[str, Any] | 
     return list(dict.fromkeys(names))
 
 
+def check_needs(use: Sequence[str], features: str, view: Any, candidates: Sequence[Any]) -> None:
+    """What the view (``features``) and each estimator declare they read (:class:`~mice_exp.needs.Needs`) is
+    what the config provides: every confidence source is in ``sources.use`` and every LLM-stage array exists."""
+    from mice_exp.llm.records import ARRAYS
+
+    use = list(use)
+    readers = [(f"features={features} (features.sources)", view.needs()),
+               *((f"estimator {c.key}", c.needs) for c in candidates)]
+    for who, needs in readers:
+        missing = sorted(needs.sources - set(use))
+        expect(not missing, f"{who} reads the {', '.join(missing)} confidence source, which "
+                            f"sources.use=[{', '.join(use)}] does not compute; expected "
+                            f"sources.use=[{', '.join([*use, *missing])}]")
+        for array in sorted(needs.arrays - set(ARRAYS)):
+            raise UserError(f"{who} reads representation={array!r}, which the LLM stage does not keep; "
+                            f"expected an LLM-stage array: {', '.join(ARRAYS)}")
+
+
 def check_baselines(cfg: Mapping[str, Any]) -> None:
-    """Every estimator a run names exists among the composed ``baselines`` and builds; the estimator
-    rules (:data:`RULES` under ``estimator.``) hold for each of them too."""
+    """Every estimator a run names exists among the composed ``baselines`` and builds, and what it reads
+    is provided (:func:`check_needs`); the estimator rules (:data:`RULES` under ``estimator.``) hold for
+    each of them too."""
     from mice_exp.estimation import Study
+    from mice_exp.features import make_view
 
     study = Study.from_config(cfg)
     protocol = [study.candidate(key, "protocol.estimators") for key in cfg["protocol"].get("estimators") or []]
+    candidates, view = [study.main, *study.references, *protocol], make_view(cfg["features"])
+    check_needs(cfg["sources"]["use"], cfg["features"]["name"], view, candidates)
     if not cfg["llm"].get("records"):  # a records file needs no backend: nothing generates
-        from mice_exp.features import make_view
         from mice_exp.llm.backends import check_backend, check_internals
 
         check_backend(cfg["llm"])
-        check_internals(cfg["llm"], make_view(cfg["features"]),
-                        [(c.key, c.estimator) for c in (study.main, *study.references, *protocol)], cfg["sources"]["use"])
+        check_internals(cfg["llm"], view, [(c.key, c.estimator) for c in candidates], cfg["sources"]["use"])
     named = [*cfg["compare_with"], *(cfg["protocol"].get("estimators") or [])]
     for name in used_baselines(cfg["estimator"], cfg.get("baselines"), named):
         entry = {**cfg, "estimator": cfg["baselines"][name]}

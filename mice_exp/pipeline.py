@@ -19,7 +19,6 @@ from mice_exp.compose import as_plain
 from mice_exp.config import check_config, check_data, used_baselines
 from mice_exp.data import Example, Selection, demo_pool
 from mice_exp.errors import UserError
-from mice_exp.llm.backends import reads_internals
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.records import StageOutput
 from mice_exp.llm.stage import LazyLLM, LLMStage
@@ -101,7 +100,7 @@ class Pipeline:
         keys = getattr(self.protocol, "estimators", None) or ()
         estimators = [c.estimator for c in (self.study.main, *self.study.references)]
         estimators += [self.study.candidate(key, "protocol.estimators").estimator for key in keys]
-        return self.estimates and (self.view.reads_states() or any(reads_internals(e) for e in estimators))
+        return self.estimates and (self.view.reads_states() or any(e.needs().arrays for e in estimators))
 
     def confidence_sources(self, output: StageOutput) -> dict[str, np.ndarray]:
         """``sources.use`` for every record: from the records file, or computed once and cached beside the

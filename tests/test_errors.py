@@ -70,6 +70,11 @@ CONFIG_ERRORS = [
     (["estimator=field", "estimator.model.val_fraction=1.5"],
      "estimator.model.val_fraction=1.5; expected a probability strictly between 0 and 1"),
     (["protocol=sample_efficiency", "protocol.trials=0"], "protocol.trials=0; expected a positive integer"),
+    (["features.sources=[verbalized]"], "features=bertscore (features.sources) reads the verbalized confidence source, "
+                                         "which sources.use=[] does not compute; expected sources.use=[verbalized]"),
+    (["compare_with=[raw,consistency]"], "estimator consistency reads the consistency confidence source"),
+    (["estimator=probe_last", "estimator.model.representation=last"],
+     "estimator probe_last reads representation='last', which the LLM stage does not keep"),
     (["dataset.split.train=0"], "dataset.split.train=0: the estimators need training calls"),
     (["protocol=loao", "dataset.max_apis=1"], "protocol=loao leaves one API out at a time, so it needs at least 2 APIs"),
     (["tracking.enabled=true", "tracking.uri=foo://x"], "tracking.uri='foo://x': unknown scheme 'foo'"),

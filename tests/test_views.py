@@ -10,8 +10,9 @@ from sklearn.base import clone
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.errors import UserError
 from mice_exp.features import build_features, make_view
-from mice_exp.features.views import FeatureView, PcaView
+from mice_exp.features.views import BertScoreView, FeatureView, MeanPoolView, PcaView
 from mice_exp.llm.records import StageOutput
+from mice_exp.needs import Needs
 from mice_exp.paths import PACKAGE_ROOT
 
 
@@ -73,3 +74,9 @@ def test_a_view_label_that_is_not_its_class_is_one_line():
     with pytest.raises(UserError, match=r"features.view='cosine', but features._target_=mice_exp.features.views.PcaView "
                                         r"is the 'pca' features; expected features.view=pca"):
         make_view(features)
+
+
+def test_a_view_says_what_it_reads_so_the_config_check_can_refuse_what_is_missing():
+    assert BertScoreView(sources=["p_true"]).needs() == Needs.of(sources=["p_true"], record_fields=["layer_strings"])
+    assert MeanPoolView().needs() == Needs.of(arrays=["mean_pool"])
+    assert MeanPoolView(layers="none").needs() == Needs()  # conf_only-like: no layer is read

@@ -24,6 +24,7 @@ from mice_exp.features.bertscore import cached_bertscore
 from mice_exp.features.layers import NAMED, select_layers
 from mice_exp.features.pooled import cosine_to_last, mean_pool
 from mice_exp.llm.records import StageOutput
+from mice_exp.needs import Needs
 
 
 class FeatureView(TransformerMixin, BaseEstimator):
@@ -52,9 +53,14 @@ class FeatureView(TransformerMixin, BaseEstimator):
     def _block(self, stage: StageOutput) -> tuple[np.ndarray, list[str]]:
         raise NotImplementedError
 
+    def needs(self) -> Needs:
+        """Its extra confidence sources (``features.sources``), record fields and, when it reads layers, arrays."""
+        return Needs.of(sources=self.sources, arrays=self.arrays if self.layers != "none" else (),
+                        record_fields=self.record_fields)
+
     def reads_states(self) -> bool:
         """Whether fitting or transforming reads the LLM stage's hidden states (before any data is seen)."""
-        return bool(self.arrays) and self.layers != "none"
+        return bool(self.needs().arrays)
 
     # -- the transformer
     def validate(self) -> None:

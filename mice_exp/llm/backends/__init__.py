@@ -35,15 +35,6 @@ def check_backend(llm: Mapping[str, Any]) -> str:
     return name
 
 
-def reads_internals(estimator: Any) -> bool:
-    """Whether an estimator reads hidden states (a probe, or a field correction on a representation)."""
-    if estimator.input_kind == "hidden":
-        return True
-    if estimator.input_kind == "field":
-        return estimator.representation != "features" or reads_internals(estimator.base)
-    return False
-
-
 def check_internals(llm: Mapping[str, Any], view: Any, estimators: Iterable[tuple[str, Any]],
                     sources: Sequence[str] = ()) -> None:
     """A backend without internals (``openai``) yields no hidden states or layer strings: a view or an
@@ -61,6 +52,6 @@ def check_internals(llm: Mapping[str, Any], view: Any, estimators: Iterable[tupl
                         f"{name} does not return; expected features=conf_only (raw confidence and sources) or a "
                         "backend with internals (hf, vllm)")
     for key, estimator in estimators:
-        if reads_internals(estimator):
+        if estimator.needs().arrays:  # a probe, or a field correction on a representation
             raise UserError(f"estimator {key} reads hidden states, which llm.backend={name} does not return; "
                             "expected an estimator on confidences or features, or a backend with internals (hf, vllm)")
