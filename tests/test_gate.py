@@ -18,7 +18,7 @@ import pytest
 from mice_exp.cache import file_sha256, write_json
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.errors import UserError
-from mice_exp.estimators import MiceLogisticRegression
+from mice_exp.estimators import MiceLogisticRegression, estimator_classes
 from mice_exp.features import build_features
 from mice_exp.gate import Gate, parse_query, read_queries, read_spec, save_gate
 from mice_exp.llm.records import read_stage
@@ -203,6 +203,45 @@ def test_loading_refuses_untrusted_types_and_runs_nothing(fitted, tmp_path):
     assert not marker.exists()
 
 
+class Rescaled(MiceLogisticRegression):
+    """A new estimator class, defined outside mice_exp.estimators."""
+
+
+def test_a_new_estimator_is_trusted_once_mice_exp_estimators_exports_it(monkeypatch, tmp_path):
+    import skops.io as sio
+
+    import mice_exp.estimators
+    from mice_exp.gate.artifact import class_path, load_estimator
+
+    path = tmp_path / "estimator.skops"
+    path.write_bytes(sio.dumps(Rescaled().fit(np.eye(4), [0, 1, 0, 1])))
+    with pytest.raises(UserError, match=r"names estimator class 'test_gate.Rescaled'; a gate holds one of .*Raw"):
+        load_estimator(path, "test_gate.Rescaled")
+    monkeypatch.setattr(mice_exp.estimators, "Rescaled", Rescaled, raising=False)  # what its module's export does
+    assert class_path(load_estimator(path, "test_gate.Rescaled")) == "test_gate.Rescaled"
+
+
+@pytest.mark.parametrize("estimator", [cls() for cls in estimator_classes() if cls.input_kind != "field"],
+                         ids=lambda e: type(e).__name__)
+def test_every_estimator_a_gate_may_hold_loads_with_the_types_it_declares(estimator, tmp_path):
+    """A fitted estimator holds only skops' defaults and what its class declares (``holds``), so no
+    gate fails at the end of a run for a type nobody listed (a field correction's torch network is
+    refused before: a gate does not save it)."""
+    import skops.io as sio
+
+    from mice_exp.gate.artifact import class_path, load_estimator, trusted_types
+
+    if "n_estimators" in estimator.get_params():
+        estimator.set_params(n_estimators=3, n_jobs=1)
+    rng = np.random.default_rng(0)
+    X, y = rng.random((40, 1 if estimator.input_kind == "confidence" else 4)), np.arange(40) % 2
+    path = tmp_path / "estimator.skops"
+    path.write_bytes(sio.dumps(estimator.fit(X, y)))
+    assert set(sio.get_untrusted_types(file=path)) <= trusted_types()
+    loaded = load_estimator(path, class_path(estimator))
+    np.testing.assert_array_equal(loaded.predict_proba(X), estimator.predict_proba(X))
+
+
 def test_save_refuses_what_a_gate_could_not_rebuild_or_load(fitted, tmp_path):
     _, estimator, fs, _ = fitted
     pool = select_examples(tiny_cfg()["dataset"], Paths(root=PACKAGE_ROOT, cache=tmp_path)).examples
@@ -268,8 +307,8 @@ def test_a_run_without_tracking_keeps_its_gate_in_the_cache(fitted):
     folder = Path(saved["folder"])
     assert folder.parent == run.paths.cache / "gates" and read_spec(folder)["columns"] == fs.columns
     assert save_run_gate(run.pipeline, read_stage(run.out), fs, None, NullRun()) == {}  # loao: no single model
-    for unsaved in ("estimator=p_true", "gate.save=false"):  # p_true: a source the gate lacks
-        pipeline = Pipeline.from_config(tiny_cfg(unsaved), run.paths)
+    for unsaved in (["estimator=p_true", "sources.use=[p_true]"], ["gate.save=false"]):  # p_true: a source the gate lacks
+        pipeline = Pipeline.from_config(tiny_cfg(*unsaved), run.paths)
         assert save_run_gate(pipeline, read_stage(run.out), fs, estimator, NullRun()) == {}
 
 

@@ -13,7 +13,7 @@ LLM's call, its calibrated probability of being correct, and execute / abstain a
 Saved without pickle (JSON, text and skops); see :mod:`mice_exp.gate.artifact`.
 """
 
-from mice_exp.gate.artifact import GATE_VIEWS, TRUSTED_TYPES, load_estimator, read_spec, save_gate
+from mice_exp.gate.artifact import GATE_VIEWS, load_estimator, read_spec, save_gate, trusted_types
 from mice_exp.gate.build import fit_gate, save_run_gate
 from mice_exp.gate.chat import Call, Decision, InvalidRequest
 from mice_exp.gate.command import gate as gate_command
@@ -23,7 +23,6 @@ from mice_exp.gate.registry import fetch, log_gate, model_name, register_gate
 
 __all__ = [
     "GATE_VIEWS",
-    "TRUSTED_TYPES",
     "BadLine",
     "Call",
     "Decision",
@@ -42,4 +41,5 @@ __all__ = [
     "register_gate",
     "save_gate",
     "save_run_gate",
+    "trusted_types",
 ]

@@ -9,7 +9,7 @@ Layout of a gate folder::
   templates/         the prompt's instruction and system templates, as the pipeline used them
 
 Everything is JSON, text or skops. :func:`load_estimator` asks skops which types the file would
-build and refuses any that is not in :data:`TRUSTED_TYPES` before loading anything.
+build and refuses any that is not in :func:`trusted_types` before loading anything.
 """
 
 from __future__ import annotations
@@ -39,27 +39,6 @@ SPEC_KEYS = ("llm", "llm_stage", "prompt", "templates", "retrieval", "features",
 #: view yet, so it cannot rebuild it for a new query.
 GATE_VIEWS = ("bertscore", "cosine", "mean_pool")
 
-#: The estimator classes a gate may hold (what ``gate.json`` may name).
-ESTIMATOR_CLASSES = (
-    "mice_exp.estimators.histogram.HistogramRegression",
-    "mice_exp.estimators.kernel.KernelRegression",
-    "mice_exp.estimators.mice.MiceLogisticRegression",
-    "mice_exp.estimators.mice.MiceRandomForest",
-    "mice_exp.estimators.raw.RawConfidence",
-    "mice_exp.estimators.recalibration.IsotonicCalibration",
-    "mice_exp.estimators.recalibration.PlattScaling",
-    "mice_exp.estimators.recalibration.TemperatureScaling",
-)
-
-#: Types beyond skops' own defaults (numpy, scipy, scikit-learn estimators) that our fitted
-#: estimators contain: our classes, NWKR's relplot smoother, and the trees of a random forest saved
-#: before MiceRandomForest packed them into arrays (gates written by earlier versions).
-TRUSTED_TYPES = ESTIMATOR_CLASSES + (
-    "sklearn.tree._tree.Tree",
-    "relplot.estimators.KernelSmoother",
-    "relplot.kernels.ReflectedGaussianKernel",
-)
-
 # Keys that decide what the LLM generates (device and batch size do not enter the gate's identity).
 LLM_IDENTITY = ("name", "source", "dtype", "max_new_tokens", "context_window")
 FEATURE_IDENTITY = ("view", "layers", "confidence", "components", "sources")
@@ -67,7 +46,26 @@ ENCODER_IDENTITY = ("model", "num_layers")
 
 
 def class_path(obj: Any) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return type_path(type(obj))
+
+
+def type_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def estimator_classes() -> dict[str, type]:
+    """The estimator classes a gate may hold (what ``gate.json`` may name), by class path: those
+    :mod:`mice_exp.estimators` exports, so a new estimator needs no list here."""
+    from mice_exp.estimators import estimator_classes as exported
+
+    return {type_path(cls): cls for cls in exported()}
+
+
+def trusted_types() -> frozenset[str]:
+    """Every type a gate's skops file may build beyond skops' own defaults (numpy, scipy, scikit-learn):
+    the estimator classes and the types each declares its fitted state holds (``holds``)."""
+    classes = estimator_classes()
+    return frozenset(classes).union(*(cls.holds for cls in classes.values()))
 
 
 def _jsonable(value: Any) -> Any:
@@ -118,7 +116,7 @@ def check_estimator(estimator: Any, columns: Sequence[str]) -> None:
     """A fitted estimator of an allowed class whose input width matches the feature columns."""
     from sklearn.utils.validation import check_is_fitted
 
-    if class_path(estimator) not in ESTIMATOR_CLASSES:
+    if class_path(estimator) not in estimator_classes():
         raise UserError(f"a gate holds one of the mice_exp estimators; got {class_path(estimator)}")
     check_is_fitted(estimator)
     width = 1 if estimator.input_kind == "confidence" else len(columns)
@@ -162,7 +160,7 @@ def save_gate(
     if len(demo_pool) < k:
         raise UserError(f"the demo pool has {len(demo_pool)} examples; prompt.k_demos={k} needs at least that many")
     data = sio.dumps(estimator, compression=zipfile.ZIP_DEFLATED)  # a forest's node arrays compress ~3x
-    untrusted = set(sio.get_untrusted_types(data=data)) - set(TRUSTED_TYPES)
+    untrusted = set(sio.get_untrusted_types(data=data)) - trusted_types()
     if untrusted:
         raise UserError(f"{type(estimator).__name__} holds types the gate would refuse to load: {sorted(untrusted)}")
 
@@ -227,7 +225,7 @@ def read_spec(folder: Path) -> dict[str, Any]:
 
 
 def load_estimator(path: Path, expected_class: str) -> Any:
-    """The fitted estimator in a skops file, refusing any type outside :data:`TRUSTED_TYPES`.
+    """The fitted estimator in a skops file, refusing any type outside :func:`trusted_types`.
 
     skops reconstructs objects from a JSON schema and .npy arrays (read with allow_pickle=False);
     it imports and instantiates only the types passed as ``trusted`` (plus its own defaults), so
@@ -235,15 +233,16 @@ def load_estimator(path: Path, expected_class: str) -> Any:
     """
     import skops.io as sio
 
-    if expected_class not in ESTIMATOR_CLASSES:
+    classes = estimator_classes()
+    if expected_class not in classes:
         raise UserError(f"{path.parent / SPEC_FILE} names estimator class {expected_class!r}; "
-                        f"a gate holds one of {', '.join(c.rsplit('.', 1)[1] for c in ESTIMATOR_CLASSES)}")
+                        f"a gate holds one of {', '.join(cls.__name__ for cls in classes.values())}")
     data = path.read_bytes()
     try:
         found = sio.get_untrusted_types(data=data)
     except Exception as error:  # noqa: BLE001 - a damaged file: say which one
         raise UserError(f"{path} is not a readable skops file ({type(error).__name__}: {error})") from None
-    refused = sorted(set(found) - set(TRUSTED_TYPES))
+    refused = sorted(set(found) - trusted_types())
     if refused:
         raise UserError(f"{path} contains types a gate does not trust: {', '.join(refused)}; refusing to load it")
     estimator = sio.loads(data, trusted=sorted(found))
