@@ -15,6 +15,7 @@ from mice_exp.data import demo_pool
 from mice_exp.errors import UserError
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_records_header
+from mice_exp.llm.sources import near_orders
 from mice_exp.paths import PACKAGE_ROOT, Paths
 from tests.conftest import stage_of
 
@@ -66,7 +67,9 @@ def test_the_all_pool_shows_evaluation_calls_as_the_published_records_did(demos_
 
 def test_the_all_pool_rebuilds_the_published_pool_all_prompts(demos_by_pool, tokenizer):
     """``all`` keeps the old stage key (so old caches still match) and rebuilds every prompt of the
-    published pool-all records token for token: the same prompts give the same greedy records."""
+    published pool-all records token for token: the same prompts give the same greedy records. Retrieval on
+    another CPU may order one near-tie (similarities 1e-7 apart) the other way, as ``mice-exp records``
+    allows: every prompt rebuilds in the retrieved order or with two neighbours swapped, at most one swapped."""
     cfg, stage, demos = demos_by_pool["all"]
     selection = stage.selection
     header = read_records_header(POOL_ALL)
@@ -76,9 +79,14 @@ def test_the_all_pool_rebuilds_the_published_pool_all_prompts(demos_by_pool, tok
     budget = cfg["llm"]["context_window"] - cfg["llm"]["max_new_tokens"]
     records = read_records_file(POOL_ALL).records
     builder = PromptBuilder.from_config(cfg["prompt"], tokenizer)
-    rebuilt = {r["id"]: stable_hash(builder.build(by_id[r["id"]], [by_id[d] for d in demos[r["id"]]], budget).ids)
-               for r in records}
-    assert sum(rebuilt[r["id"]] == r["prompt_hash"] for r in records) == 750
+
+    def first_matching_order(record: dict) -> int | None:
+        orders = near_orders([by_id[d] for d in demos[record["id"]]])
+        hashes = (stable_hash(builder.build(by_id[record["id"]], order, budget).ids) for order in orders)
+        return next((i for i, h in enumerate(hashes) if h == record["prompt_hash"]), None)
+
+    matched = [first_matching_order(r) for r in records]
+    assert None not in matched and sum(m > 0 for m in matched) <= 1
 
 
 def test_the_pool_is_part_of_the_stage_key_and_train_is_the_default(demos_by_pool):

@@ -82,7 +82,7 @@ def semantic_confidence(calls: Sequence[Any]) -> float:
     return float(1.0 + np.sum(shares * np.log(shares)) / np.log(len(keys)))
 
 
-def _near_orders(demos: list[Any]) -> Iterator[list[Any]]:
+def near_orders(demos: list[Any]) -> Iterator[list[Any]]:
     """The retrieved order, then each order with two neighbours swapped: retrieval on another CPU can
     order a near-tie in similarity (1e-7 apart, seen on 1 of 750 STE calls) the other way; the record's
     prompt hash says which order its LLM stage used."""
@@ -97,7 +97,7 @@ class Prompts:
 
     def __init__(self, builder: PromptBuilder, example: Any, demos: Sequence[Any], record: Mapping[str, Any]):
         self.builder, self.example, self.record = builder, example, record
-        for order in _near_orders(list(demos)):
+        for order in near_orders(list(demos)):
             self.demos = order
             self.original = builder.encode(example, order)
             if stable_hash(self.original) == record.get("prompt_hash", stable_hash(self.original)):
