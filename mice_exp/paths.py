@@ -62,15 +62,17 @@ def writable_file(value: str | Path | None, root: Path, setting: str, force: boo
     return path
 
 
-def writable_folder(value: str | Path, root: Path, setting: str) -> Path:
-    """A folder an output setting names, created and checked for writing before any work; never the project."""
+def writable_folder(value: str | Path, base: Path, setting: str) -> Path:
+    """A folder an output setting names (relative to ``base``), created and checked for writing before any work;
+    never the project folder or one above it, from whichever folder the command runs."""
     from mice_exp.errors import UserError
 
     if not str(value).strip():
         raise UserError(f"{setting} is empty; expected a folder to write into")
-    path = resolve(str(value), root)
-    if path == root or path in root.parents:
-        raise UserError(f"{setting}={str(value)!r} is the project folder {path} or above it; expected a folder of its own")
+    path, project = resolve(str(value), base), project_root()
+    if path == project or path in project.parents:
+        raise UserError(f"{setting}={str(value)!r} is the project folder {project} or one above it; "
+                        "expected a folder of its own")
     if path.is_file():
         raise UserError(f"{setting}={str(value)!r} is a file; expected a folder to write into")
     _writable(path, setting, value)

@@ -200,6 +200,10 @@ CASES = [
          "output is empty; expected the path of a file to write"),
     Case("records output an existing file", lambda p: ["records", f"output={p.kept()}", *p.fresh(), DATA],
          "exists; pass force=true to replace it", check=the_file_is_kept),
+    Case("report --out resolving to the project from another folder",  # the working folder is the row's own
+         lambda p: ["report", "--out", os.path.relpath(PACKAGE_ROOT, p.tmp),
+                    "--tracking-uri", f"sqlite:///{p.tmp / 'm.db'}"],
+         "is the project folder"),
     # tracebacks before
     Case("records output read-only",
          lambda p: ["records", f"output={p.read_only / 'out.jsonl.gz'}", *p.fresh(), DATA], "cannot write there"),
