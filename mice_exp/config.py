@@ -217,7 +217,7 @@ def check_baselines(cfg: Mapping[str, Any]) -> None:
         from mice_exp.llm.backends import check_backend, check_internals
 
         check_backend(cfg["llm"])
-        check_internals(cfg["llm"], view, [(c.key, c.estimator) for c in candidates], cfg["sources"]["use"])
+        check_internals(cfg["llm"], view, [(c.key, c.estimator) for c in candidates])
     named = [*cfg["compare_with"], *(cfg["protocol"].get("estimators") or [])]
     for name in used_baselines(cfg["estimator"], cfg.get("baselines"), named):
         entry = {**cfg, "estimator": cfg["baselines"][name]}

@@ -75,9 +75,9 @@ def test_a_black_box_backend_refuses_what_reads_the_layers():
         check_config(tiny_cfg(**{"llm.backend": "openai"}))
     with pytest.raises(UserError, match=r"estimator probe_last reads hidden states, which llm.backend=openai"):
         check_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "estimator": "probe_last"}))
-    with pytest.raises(UserError, match=r"sources.use=\['p_true'\] with llm.backend=openai"):
-        check_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "sources.use": "[p_true]"}))
     check_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "estimator": "mice_lr"}))
+    check_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "sources.use": "[p_true,consistency]",
+                             "features.sources": "[p_true]"}))  # the sources are black-box: the server computes them
 
 
 def test_openai_needs_an_address_and_a_model(tmp_path):
@@ -119,6 +119,35 @@ def test_a_server_gives_the_calls_hf_gives(server, tmp_path):
         assert r["text"] == local[r["id"]]["text"] and r["label"] == local[r["id"]]["label"]
         np.testing.assert_allclose(r["token_probs"], local[r["id"]]["token_probs"], rtol=1e-3, atol=1e-4)
     assert all(r["layer_strings"] == [] and 0 <= r["raw_confidence"] <= 1 for r in served)
+
+
+@pytest.mark.timeout(600)
+def test_a_server_computes_the_black_box_sources(server, tmp_path):
+    """Under ``openai`` the confidence sources come from the server: P(True) from the log-probabilities it gives
+    the option tokens (the model's own, as hf computes them from its forward pass), the verbalized and way-out
+    replies greedy, self-consistency and semantic entropy from k samples it draws, seeded per call."""
+    from mice_exp.llm.sources import PrefixSources, compute_sources, load_source, stage_sources
+
+    names = ["p_true", "verbalized", "acts", "consistency", "semantic_entropy"]
+    cfg = openai_cfg(server, **{"sources.consistency.samples": "3"})
+    stage = stage_of(cfg, paths_in(cache_sharing_models(tmp_path)))
+    output = stage.output()
+    served = stage_sources(cfg["sources"], stage, output, names)
+    for name in names:
+        finite = served[name][np.isfinite(served[name])]
+        assert ((finite >= 0) & (finite <= 1)).all()
+    assert np.isfinite(served["p_true"]).all() and set(served["acts"]) <= {0.0, 1.0}
+
+    again = stage_of(cfg, paths_in(cache_sharing_models(tmp_path / "again"))).output()
+    resampled = stage_sources(cfg["sources"], stage_of(cfg, paths_in(cache_sharing_models(tmp_path / "again"))),
+                              again, ["consistency", "semantic_entropy"])
+    for name in ("consistency", "semantic_entropy"):  # the same seeds draw the same samples
+        np.testing.assert_array_equal(resampled[name], served[name])
+
+    folder, examples, demos = stage.context(output)
+    local = compute_sources(["p_true"], cfg["sources"], stage, tmp_path / "hf", examples, demos, output.records,
+                            PrefixSources(one_head_llm()))
+    np.testing.assert_allclose(served["p_true"], load_source(local["p_true"], output.ids), rtol=1e-3, atol=1e-5)
 
 
 def test_a_server_that_is_down_is_one_line(tmp_path):

@@ -14,8 +14,8 @@ from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_stage
-from mice_exp.llm.sources import (Prompts, agreement, compute_sources, load_source, option_token_ids, parse_percent,
-                                  prefill, semantic_confidence, shared_length, stage_sources)
+from mice_exp.llm.sources import (PrefixSources, Prompts, agreement, compute_sources, load_source, option_token_ids,
+                                  parse_percent, prefill, semantic_confidence, shared_length, stage_sources)
 from mice_exp.pipeline import Pipeline
 from mice_exp.llm.toolcall import parse_call
 from tests.test_llm_stage import paths_in, tiny_cfg
@@ -80,7 +80,7 @@ def prompts_of(stage, llm, record):
 def test_every_source_is_computed_once_per_record_and_cached(stage, tiny_llm, monkeypatch):
     names = ["p_true", "verbalized", "consistency", "semantic_entropy", "acts"]
     folders = compute_sources(names, stage.cfg["sources"], stage.of, stage.out, stage.examples, stage.demos,
-                              stage.records, tiny_llm)
+                              stage.records, PrefixSources(tiny_llm))
     ids = [r["id"] for r in stage.records]
     for name in names:
         values = load_source(folders[name], ids)
@@ -88,16 +88,15 @@ def test_every_source_is_computed_once_per_record_and_cached(stage, tiny_llm, mo
         assert values.shape == (len(ids),) and ((finite >= 0) & (finite <= 1)).all()
     assert np.isfinite(load_source(folders["p_true"], ids)).all()
     assert set(load_source(folders["acts"], ids)) <= {0.0, 1.0}
-    for name in ("p_true", "verbalized", "sampled", "acts"):
-        monkeypatch.setattr(sources, name, lambda *a, **k: pytest.fail("recomputed"))
+    monkeypatch.setattr(sources, "PrefixCall", lambda *a, **k: pytest.fail("recomputed"))
     assert compute_sources(names, stage.cfg["sources"], stage.of, stage.out, stage.examples, stage.demos,
-                           stage.records, tiny_llm) == folders
+                           stage.records, PrefixSources(tiny_llm)) == folders
 
 
 def test_consistency_only_on_the_splits_it_is_asked_for(stage, tiny_llm):
     settings = {**stage.cfg["sources"], "consistency": {**stage.cfg["sources"]["consistency"], "splits": ["test"]}}
     folder = compute_sources(["consistency"], settings, stage.of, stage.out, stage.examples, stage.demos,
-                             stage.records, tiny_llm)["consistency"]
+                             stage.records, PrefixSources(tiny_llm))["consistency"]
     values = load_source(folder, [r["id"] for r in stage.records])
     is_test = np.array([r["split"] == "test" for r in stage.records])
     assert is_test.any() and np.isfinite(values[is_test]).all() and np.isnan(values[~is_test]).all()
@@ -108,9 +107,9 @@ def test_semantic_entropy_alone_later_reads_the_samples_consistency_read(stage, 
     after self-consistency (another call, another cache folder) gives what computing both at once gives."""
     ids = [r["id"] for r in stage.records]
     together = compute_sources(["consistency", "semantic_entropy"], stage.cfg["sources"], stage.of, tmp_path / "both",
-                               stage.examples, stage.demos, stage.records, tiny_llm)
+                               stage.examples, stage.demos, stage.records, PrefixSources(tiny_llm))
     alone = compute_sources(["semantic_entropy"], stage.cfg["sources"], stage.of, tmp_path / "alone", stage.examples,
-                            stage.demos, stage.records, tiny_llm)
+                            stage.demos, stage.records, PrefixSources(tiny_llm))
     np.testing.assert_array_equal(load_source(alone["semantic_entropy"], ids),
                                   load_source(together["semantic_entropy"], ids))
     assert together["semantic_entropy"].name != together["consistency"].name
@@ -166,7 +165,7 @@ def test_a_records_file_gets_its_sources_without_its_llm_stage(stage, tiny_llm, 
     from_file = read_records_file(with_p_true).sources["p_true"]
     assert read_records_file(with_p_true).key == read_records_file(plain).key  # its BERTScore cache still serves
     beside = compute_sources(["p_true"], stage.cfg["sources"], stage.of, stage.out, stage.examples, stage.demos,
-                             stage.records, tiny_llm)
+                             stage.records, PrefixSources(tiny_llm))
     assert from_file == pytest.approx(list(load_source(beside["p_true"], [r["id"] for r in stage.records])))
 
     swapped = read_records_file(plain)  # a near-tie in retrieval ordered the other way on the CPU that wrote them

@@ -48,6 +48,7 @@ from mice_exp.llm.toolcall import CallFormat
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 METHOD = "shared-prefix-1"  # how sources are computed; part of their cache key
+ENDPOINT_METHOD = "endpoint-1"  # the same prompts sent to an OpenAI-compatible server (llm.backend=openai)
 ORDER = ("p_true", "verbalized", "acts", "consistency", "semantic_entropy")
 SAMPLED = ("consistency", "semantic_entropy")  # one set of k samples serves both
 
@@ -148,34 +149,49 @@ def p_true(llm: LLM, cache: DynamicCache, start: int, prompt: Sequence[int]) -> 
     return float(yes / (yes + no))
 
 
-def _texts(llm: LLM, out: torch.Tensor, fmt: CallFormat) -> list[str]:
-    return [truncate(llm.tokenizer, row.tolist(), llm.eos_ids(), fmt)[2] for row in out]
+class PrefixCall:
+    """One call's source prompts on a transformers model: the prefix they share is encoded once, and each
+    prompt continues from that cache (a copy of it, but for the last prompt, which takes it)."""
+
+    def __init__(self, llm: LLM, prompts: Sequence[Sequence[int]]):
+        self.llm, self.left = llm, len(prompts)
+        self.start = shared_length(prompts)
+        self.shared = prefill(llm, prompts[0][:self.start])
+
+    def _cache(self) -> DynamicCache:
+        self.left -= 1
+        return self.shared if self.left == 0 else copy.deepcopy(self.shared)
+
+    def p_true(self, prompt: Sequence[int]) -> float:
+        return p_true(self.llm, self._cache(), self.start, prompt)
+
+    @torch.inference_mode()
+    def greedy(self, prompt: Sequence[int], max_new_tokens: int, fmt: CallFormat) -> list[int]:
+        return generate_ids(self.llm, [prompt], max_new_tokens, cache=self._cache(), fmt=fmt)[0].tolist()
+
+    @torch.inference_mode()
+    def samples(self, prompt: Sequence[int], k: int, temperature: float, max_new_tokens: int,
+                fmt: CallFormat) -> list[list[int]]:
+        """``k`` continuations of the prompt from one cache repeated in place."""
+        cache = self._cache()
+        cache.batch_repeat_interleave(k)
+        out = generate_ids(self.llm, [prompt] * k, max_new_tokens, cache=cache, fmt=fmt, do_sample=True,
+                           temperature=temperature, top_k=0, top_p=1.0)
+        return [row.tolist() for row in out]
 
 
-@torch.inference_mode()
-def verbalized(llm: LLM, cache: DynamicCache, prompt: Sequence[int], max_new_tokens: int,
-               fmt: CallFormat) -> float | None:
-    out = generate_ids(llm, [prompt], max_new_tokens, cache=cache, fmt=fmt)
-    return parse_percent(llm.tokenizer.decode(out[0], skip_special_tokens=True))
+class PrefixSources:
+    """The sources from a transformers model's own forward passes (``hf``, and ``vllm``'s lens model), one call
+    at a time (:class:`PrefixCall`); samples seeded per batch from torch's global generator."""
 
+    def __init__(self, llm: LLM):
+        self.llm, self.tokenizer, self.eos, self.method = llm, llm.tokenizer, llm.eos_ids(), METHOD
 
-@torch.inference_mode()
-def acts(llm: LLM, cache: DynamicCache, prompt: Sequence[int], abstain_api: str, max_new_tokens: int,
-         fmt: CallFormat) -> float:
-    text = _texts(llm, generate_ids(llm, [prompt], max_new_tokens, cache=cache, fmt=fmt), fmt)[0]
-    return 0.0 if abstain_api in text else 1.0
+    def start_batch(self, seed: int) -> None:
+        torch.manual_seed(seed)
 
-
-@torch.inference_mode()
-def sampled(llm: LLM, cache: DynamicCache, prompt: Sequence[int], record: Mapping[str, Any], samples: int,
-            temperature: float, max_new_tokens: int, fmt: CallFormat) -> dict[str, float]:
-    """Self-consistency and semantic entropy of ``samples`` continuations of the prompt, from one cache
-    repeated in place (not reusable after), each stopped and parsed in the reply format ``fmt``."""
-    cache.batch_repeat_interleave(samples)
-    out = generate_ids(llm, [prompt] * samples, max_new_tokens, cache=cache, fmt=fmt, do_sample=True,
-                       temperature=temperature, top_k=0, top_p=1.0)
-    calls = [fmt.parse(t) for t in _texts(llm, out, fmt)]
-    return {"consistency": agreement(calls, record), "semantic_entropy": semantic_confidence(calls)}
+    def call(self, prompts: Sequence[Sequence[int]]) -> PrefixCall:
+        return PrefixCall(self.llm, prompts)
 
 
 def sample_budget(record: Mapping[str, Any], settings: Mapping[str, Any], llm_cfg: Mapping[str, Any]) -> int:
@@ -194,64 +210,78 @@ def settings_of(sources_cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return sources_cfg["consistency" if name in SAMPLED else name]
 
 
-def source_dir(llm_dir: Path, name: str, settings: Mapping[str, Any], prompt_cfg: Mapping[str, Any]) -> Path:
-    key = {"settings": dict(settings), "prompt": prompt_key(prompt_cfg), "method": METHOD}
+def source_method(llm_settings: Mapping[str, Any]) -> str:
+    """How the sources of this conf/llm entry are computed, part of their cache key: a server's (``openai``:
+    its own sampling and numerics) or the model's own forward passes (``hf``, and ``vllm``, whose sources run on
+    the transformers model of the same weights)."""
+    return ENDPOINT_METHOD if llm_settings.get("backend") == "openai" else METHOD
+
+
+def source_dir(llm_dir: Path, name: str, settings: Mapping[str, Any], prompt_cfg: Mapping[str, Any],
+               method: str = METHOD) -> Path:
+    key = {"settings": dict(settings), "prompt": prompt_key(prompt_cfg), "method": method}
     return llm_dir / f"source-{name}-{stable_hash(key)}"
 
 
-def _call_values(llm: LLM, settings: Mapping[str, Any], llm_settings: Mapping[str, Any], prompts: Prompts,
-                 names: Sequence[str]) -> dict[str, Any]:
+def call_values(runner: Any, settings: Mapping[str, Any], llm_settings: Mapping[str, Any], prompts: Prompts,
+                names: Sequence[str]) -> dict[str, Any]:
     """Every named source of one call (``settings``: conf/sources; ``llm_settings``: conf/llm, the samples'
-    budget), from one prefill of the prefix its prompts share (and one set of samples for those in :data:`SAMPLED`)."""
+    budget) from ``runner`` (:class:`PrefixSources`, or an endpoint's), one set of samples serving those in
+    :data:`SAMPLED`."""
     wanted = {"p_true": lambda: prompts.followup(settings["p_true"]["question"]),
               "verbalized": lambda: prompts.followup(settings["verbalized"]["question"]),
               "acts": lambda: prompts.with_note(settings["acts"]["instruction"]),
               "sampled": lambda: prompts.original}
     steps = list(dict.fromkeys("sampled" if name in SAMPLED else name for name in names))
     variants = {step: wanted[step]() for step in steps}
-    start = shared_length(list(variants.values()))
-    shared = prefill(llm, variants[steps[0]][:start])
-    values: dict[str, Any] = {}
+    call = runner.call(list(variants.values()))
     fmt = prompts.builder.fmt
-    for step in steps:
-        cache = shared if step == steps[-1] else copy.deepcopy(shared)
-        prompt = variants[step]
+
+    def text(ids: Sequence[int]) -> str:
+        return truncate(runner.tokenizer, ids, runner.eos, fmt)[2]
+
+    values: dict[str, Any] = {}
+    for step, prompt in variants.items():
         if step == "p_true":
-            values[step] = p_true(llm, cache, start, prompt)
+            values[step] = call.p_true(prompt)
         elif step == "verbalized":
-            values[step] = verbalized(llm, cache, prompt, int(settings["verbalized"]["max_new_tokens"]), fmt)
+            ids = call.greedy(prompt, int(settings["verbalized"]["max_new_tokens"]), fmt)
+            values[step] = parse_percent(runner.tokenizer.decode(ids, skip_special_tokens=True))
         elif step == "acts":
-            values[step] = acts(llm, cache, prompt, settings["acts"]["abstain_api"],
-                                int(settings["acts"]["max_new_tokens"]), fmt)
+            ids = call.greedy(prompt, int(settings["acts"]["max_new_tokens"]), fmt)
+            values[step] = 0.0 if settings["acts"]["abstain_api"] in text(ids) else 1.0
         else:
-            values |= sampled(llm, cache, prompt, prompts.record, int(settings["consistency"]["samples"]),
-                              float(settings["consistency"]["temperature"]),
-                              sample_budget(prompts.record, settings["consistency"], llm_settings), fmt)
+            samples = call.samples(prompt, int(settings["consistency"]["samples"]),
+                                   float(settings["consistency"]["temperature"]),
+                                   sample_budget(prompts.record, settings["consistency"], llm_settings), fmt)
+            calls = [fmt.parse(text(ids)) for ids in samples]
+            values |= {"consistency": agreement(calls, prompts.record), "semantic_entropy": semantic_confidence(calls)}
     return {name: values[name] for name in names}
 
 
 def source_folders(names: Sequence[str], settings: Mapping[str, Any], prompt: Mapping[str, Any],
-                   llm_dir: Path) -> dict[str, Path]:
+                   llm_dir: Path, method: str = METHOD) -> dict[str, Path]:
     """Each named source's cache folder beside an LLM stage, in computing order (an unknown name is one line)."""
     unknown = [n for n in names if n not in SOURCES]
     if unknown:
         raise UserError(f"sources.use lists {unknown}; expected some of {', '.join(SOURCES)}")
-    return {n: source_dir(llm_dir, n, settings_of(settings, n), prompt) for n in ORDER if n in names}
+    return {n: source_dir(llm_dir, n, settings_of(settings, n), prompt, method) for n in ORDER if n in names}
 
 
 def compute_sources(names: Sequence[str], settings: Mapping[str, Any], stage: LLMStage, llm_dir: Path,
                     examples: Mapping[str, Any], demos: Mapping[str, list[str]], records: list[dict[str, Any]],
-                    llm: LLM) -> dict[str, Path]:
-    """Compute the named sources (``settings``: conf/sources) for every record of ``stage``, whose prompt and
-    batches they follow (resuming finished batches); return their folders.
+                    runner: Any) -> dict[str, Path]:
+    """Compute the named sources (``settings``: conf/sources) for every record of ``stage`` with ``runner``
+    (:class:`PrefixSources`, or :class:`~mice_exp.llm.backends.openai.EndpointSources`), following the stage's
+    prompt and batches (resuming finished batches); return their folders.
 
     A source whose ``splits`` setting lists splits (self-consistency: k generations per call) is
     computed for those records only; the others are missing (None).
     """
-    folders = source_folders(names, settings, stage.prompt, llm_dir)
+    folders = source_folders(names, settings, stage.prompt, llm_dir, runner.method)
     names = list(folders)
     size = int(stage.llm["batch_size"])
-    builder = PromptBuilder.from_config(stage.prompt, llm.tokenizer)
+    builder = PromptBuilder.from_config(stage.prompt, runner.tokenizer)
     with ExitStack() as stack:
         for folder in folders.values():
             folder.mkdir(parents=True, exist_ok=True)
@@ -260,12 +290,12 @@ def compute_sources(names: Sequence[str], settings: Mapping[str, Any], stage: LL
             todo = [name for name in names if not (folders[name] / f"shard-{n:05d}.jsonl").exists()]
             if not todo:
                 continue
-            torch.manual_seed(int(settings["consistency"]["seed"]) + n)
+            runner.start_batch(int(settings["consistency"]["seed"]) + n)
             rows: dict[str, list[dict[str, Any]]] = {name: [] for name in todo}
             for record in records[lo:lo + size]:
                 mine = [name for name in todo if record["split"] in (settings_of(settings, name).get("splits")
                                                                        or [record["split"]])]
-                values = (_call_values(llm, settings, stage.llm, record_prompts(builder, examples, demos, record), mine)
+                values = (call_values(runner, settings, stage.llm, record_prompts(builder, examples, demos, record), mine)
                           if mine else {})
                 for name in todo:
                     rows[name].append({"id": record["id"], "value": values.get(name)})
@@ -293,9 +323,9 @@ def stage_sources(settings: Mapping[str, Any], stage: LLMStage, output: StageOut
     records file's, computed where not cached: only then does the stage's LLM load. A records file's are
     cached in ``<cache>/llm/<llm>-records-<sha>/`` beside the demonstrations retrieved again for them (each
     prompt is checked against its record's hash)."""
-    folders = source_folders(names, settings, stage.prompt, stage.derived_folder(output))
+    folders = source_folders(names, settings, stage.prompt, stage.derived_folder(output), source_method(stage.llm))
     batches = range(-(-len(output.records) // int(stage.llm["batch_size"])))
     if not all((folder / f"shard-{n:05d}.jsonl").exists() for folder in folders.values() for n in batches):
         folder, examples, demos = stage.context(output)
-        compute_sources(names, settings, stage, folder, examples, demos, output.records, stage.backend.forward_model())
+        compute_sources(names, settings, stage, folder, examples, demos, output.records, stage.backend.source_runner())
     return {name: load_source(folders[name], output.ids) for name in names}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 from mice_exp.errors import UserError
 
@@ -35,18 +35,13 @@ def check_backend(llm: Mapping[str, Any]) -> str:
     return name
 
 
-def check_internals(llm: Mapping[str, Any], view: Any, estimators: Iterable[tuple[str, Any]],
-                    sources: Sequence[str] = ()) -> None:
+def check_internals(llm: Mapping[str, Any], view: Any, estimators: Iterable[tuple[str, Any]]) -> None:
     """A backend without internals (``openai``) yields no hidden states or layer strings: a view or an
-    estimator that reads them, or a confidence source (each runs the model's own forward passes from a
-    shared-prefix cache), is refused in one line before any model loads."""
+    estimator that reads them is refused in one line before any model loads (the confidence sources are
+    black-box: the server computes them, :class:`~mice_exp.llm.backends.openai.EndpointSources`)."""
     name = llm.get("backend", "hf")
     if INTERNALS[name] or llm.get("records"):
         return
-    if sources:
-        raise UserError(f"sources.use={list(sources)} with llm.backend={name}: the sources run the model's own "
-                        "forward passes (P(True), verbalized, sampling from a shared-prefix cache), which a server "
-                        "does not expose; expected sources.use=[] or llm.backend=hf / vllm")
     if view.layers != "none":
         raise UserError(f"features={view.view} (layers={view.layers}) reads the LLM's layers, which llm.backend="
                         f"{name} does not return; expected features=conf_only (raw confidence and sources) or a "

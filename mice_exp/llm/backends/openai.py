@@ -40,9 +40,24 @@ class Endpoint:
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, fmt: CallFormat) -> list[Generation]:
         """Greedy completions of a batch in one request; each cut at EOS and at the call's stop in the reply
         format ``fmt``, as ``hf`` cuts it."""
-        response = self.request(prompt=[list(p) for p in prompts], max_tokens=max_new_tokens, temperature=0.0,
-                                logprobs=1, extra_body={"return_tokens_as_token_ids": True})
-        return [self._generation(choice, fmt) for choice in sorted(response.choices, key=lambda c: c.index)]
+        return [self._generation(choice, fmt) for choice in self.complete(prompts, max_new_tokens, temperature=0.0)]
+
+    def complete(self, prompts: Sequence[Sequence[int]], max_tokens: int, **sampling: Any) -> list[Any]:
+        """The choices of one ``/v1/completions`` request for token-id prompts, in order, each with its tokens
+        named by id and their log-probabilities."""
+        extra = {"return_tokens_as_token_ids": True} | sampling.pop("extra_body", {})
+        response = self.request(prompt=[list(p) for p in prompts], max_tokens=max_tokens, logprobs=1,
+                                extra_body=extra, **sampling)
+        return sorted(response.choices, key=lambda c: c.index)
+
+    def token_ids(self, choice: Any) -> list[int]:
+        """The generated token ids of a choice (tokens named ``token_id:N``); one line for a server naming them
+        only by text, from which the sources cannot rebuild the ids."""
+        tokens = list(choice.logprobs.tokens) if choice.logprobs is not None else []
+        if not all(t.startswith(TOKEN_ID) for t in tokens):
+            raise UserError(f"the server at {self.base_url} names tokens by their text; the confidence sources "
+                            "need token ids (vLLM's return_tokens_as_token_ids); expected vllm serve or sources.use=[]")
+        return [int(t[len(TOKEN_ID):]) for t in tokens]
 
     def request(self, **body: Any) -> Any:
         """One ``/v1/completions`` request; a server that is down, slow or refuses the model is one line."""
@@ -81,6 +96,56 @@ class Endpoint:
         n = len(offsets)
         return Generation(token_ids=ids, token_probs=np.exp(values[:n]), text=text, offsets=offsets,
                           lens_ids=np.zeros((0, n), dtype=np.int32), states=np.zeros((max(n, 1), 0, 0), np.float32))
+
+
+class EndpointCall:
+    """One call's source prompts sent to the server (its prefix cache, where it has one, shares their prefix)."""
+
+    def __init__(self, endpoint: Endpoint, seed: int):
+        self.endpoint, self.seed = endpoint, seed
+
+    def p_true(self, prompt: Sequence[int]) -> float | None:
+        """P(A) / (P(A) + P(B)) for the option tokens after ``prompt``, each scored as the last token of an echoed
+        prompt (no token is generated), so the probabilities are the model's own over its whole vocabulary."""
+        from mice_exp.llm.sources import option_token_ids
+
+        options = [(o, t) for o in "AB" for t in option_token_ids(self.endpoint.tokenizer, o)]
+        choices = self.endpoint.complete([[*prompt, t] for _, t in options], 0, echo=True, temperature=0.0)
+        mass = {"A": 0.0, "B": 0.0}
+        for (option, _), choice in zip(options, choices):
+            mass[option] += float(np.exp(choice.logprobs.token_logprobs[len(prompt)]))
+        return mass["A"] / (mass["A"] + mass["B"])
+
+    def greedy(self, prompt: Sequence[int], max_new_tokens: int, fmt: CallFormat) -> list[int]:
+        (choice,) = self.endpoint.complete([prompt], max_new_tokens, temperature=0.0)
+        return self.endpoint.token_ids(choice)
+
+    def samples(self, prompt: Sequence[int], k: int, temperature: float, max_new_tokens: int,
+                fmt: CallFormat) -> list[list[int]]:
+        """``k`` continuations in one request (``n``), seeded, with no top-k or top-p cut (as ``hf`` samples)."""
+        choices = self.endpoint.complete([prompt], max_new_tokens, n=k, temperature=temperature, top_p=1.0,
+                                         seed=self.seed, extra_body={"top_k": -1})
+        return [self.endpoint.token_ids(c) for c in choices]
+
+
+class EndpointSources:
+    """The confidence sources of a black-box model (``llm.backend=openai``): P(True) from the log-probabilities the
+    server gives the option tokens, the verbalized and way-out replies greedy, the k samples of self-consistency
+    and semantic entropy drawn by the server, each call with its own seed (the batch's seed and its position)."""
+
+    def __init__(self, endpoint: Endpoint):
+        from mice_exp.llm.sources import ENDPOINT_METHOD
+
+        self.endpoint, self.method = endpoint, ENDPOINT_METHOD
+        self.tokenizer, self.eos = endpoint.tokenizer, endpoint.eos
+        self.seed = self.calls = 0
+
+    def start_batch(self, seed: int) -> None:
+        self.seed, self.calls = seed, 0
+
+    def call(self, prompts: Sequence[Sequence[int]]) -> EndpointCall:
+        self.calls += 1
+        return EndpointCall(self.endpoint, self.seed * 10_000 + self.calls)
 
 
 def _cut_text(tokens: Sequence[str], fmt: CallFormat) -> tuple[list[tuple[int, int]], str]:
