@@ -50,7 +50,7 @@ def fitted(tmp_path_factory, tiny_llm):
     out = pipeline.stage.run()
     fs = build_features(cfg["features"], read_stage(out), paths.features)
     estimator = MiceLogisticRegression(C=1e6).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
-    folder = save_gate(tmp / "gate", cfg, estimator, fs.columns, select_examples(cfg["dataset"], paths).examples,
+    folder = save_gate(tmp / "gate", cfg, estimator, fs.view, select_examples(cfg["dataset"], paths).examples,
                        llm_stage=read_stage(out).info)
     return folder, estimator, fs, SimpleNamespace(cfg=cfg, paths=paths, out=out, pipeline=pipeline)
 
@@ -68,9 +68,10 @@ def hexes(answers: list[dict]) -> list[str | None]:
 def test_the_saved_folder_is_json_text_and_skops_only(fitted):
     folder, estimator, fs, _ = fitted
     assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == [
-        "demo_pool.jsonl", "estimator.skops", "gate.json", "system.txt", "template.txt"]
+        "demo_pool.jsonl", "estimator.skops", "gate.json", "system.txt", "template.txt", "view.skops"]
     spec = read_spec(folder)
     assert spec["llm"]["name"] == "tiny_random" and spec["features"]["view"] == "cosine"
+    assert spec["view"]["class"] == "mice_exp.features.views.CosineView"  # the run's fitted view
     assert spec["columns"] == fs.columns and spec["risk"]["tau"] == 0.5
     assert spec["estimator"]["class"] == "mice_exp.estimators.mice.MiceLogisticRegression"
     assert spec["estimator"]["params"] == {"C": 1e6, "max_iter": 1000}
@@ -203,6 +204,47 @@ def test_loading_refuses_untrusted_types_and_runs_nothing(fitted, tmp_path):
     assert not marker.exists()
 
 
+def test_a_pca_gate_keeps_the_run_s_projections_and_scores_its_records_as_the_run_did(fitted, tiny_llm, tmp_path):
+    run = fitted[3]
+    cfg = tiny_cfg("features=pca10", "features.components=2")  # 3 training calls give at most 3 components
+    stage = read_stage(run.out)
+    fs = build_features(cfg["features"], stage, run.paths.features)
+    estimator = MiceLogisticRegression(C=1e6).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
+    folder = save_gate(tmp_path / "pca", cfg, estimator, fs.view, run.pipeline.demo_pool(), llm_stage=stage.info)
+    assert read_spec(folder)["view"]["class"] == "mice_exp.features.views.PcaView"
+    gate = Gate.load(folder, llm=tiny_llm)
+    again = gate.features(stage)  # the run's records through the loaded view: nothing is fitted again
+    assert again.columns == fs.columns == gate.columns and again.columns[:2] == ["pca_L1_0", "pca_L1_1"]
+    assert np.array_equal(again.X.view(np.uint64), fs.X.view(np.uint64))
+    run_p = estimator.predict_proba(fs.X)[:, 1]
+    assert np.array_equal(gate.probabilities(again).view(np.uint64), run_p.view(np.uint64))
+    items, places = read_queries(QUERIES)  # new queries: the saved projections transform them (none are training rows)
+    assert len({a["probability"] for a in gate.decide(items, places) if a["error"] is None}) == 3
+
+
+def test_a_changed_view_file_is_refused_by_its_checksum_in_one_line(fitted, tmp_path):
+    import skops.io as sio
+
+    from mice_exp.features.views import CosineView
+
+    folder = copy_gate(fitted[0], tmp_path / "changed")
+    (folder / "view.skops").write_bytes(sio.dumps(CosineView(layers=[1]).fit(read_stage(fitted[3].out))))
+    with pytest.raises(UserError, match=r"view.skops does not match the checksum in gate.json") as info:
+        Gate.load(folder)
+    assert "\n" not in str(info.value)
+
+
+def test_a_gate_saved_before_gates_kept_their_view_still_answers_the_same(fitted, answers, tiny_llm, tmp_path):
+    folder = copy_gate(fitted[0], tmp_path / "older")
+    spec = json.loads((folder / "gate.json").read_text())
+    del spec["view"]
+    write_json(folder / "gate.json", spec)
+    (folder / "view.skops").unlink()
+    gate = Gate.load(folder, llm=tiny_llm)  # its stateless view is built from gate.json, as then
+    assert gate.view is None
+    assert hexes(gate.decide(*read_queries(QUERIES))) == hexes(answers)
+
+
 class Rescaled(MiceLogisticRegression):
     """A new estimator class, defined outside mice_exp.estimators."""
 
@@ -245,16 +287,15 @@ def test_every_estimator_a_gate_may_hold_loads_with_the_types_it_declares(estima
 def test_save_refuses_what_a_gate_could_not_rebuild_or_load(fitted, tmp_path):
     _, estimator, fs, _ = fitted
     pool = select_examples(tiny_cfg()["dataset"], Paths(root=PACKAGE_ROOT, cache=tmp_path)).examples
-    with pytest.raises(UserError, match="cannot save this pipeline as a gate: features.view='pca'"):
-        save_gate(tmp_path / "g", tiny_cfg("features=pca10"), estimator, fs.columns, pool)
     with pytest.raises(UserError, match="estimator.source='p_true': a gate computes the raw confidence only"):
-        save_gate(tmp_path / "g", tiny_cfg("estimator=p_true"), estimator, fs.columns, pool)
+        save_gate(tmp_path / "g", tiny_cfg("estimator=p_true"), estimator, fs.view, pool)
     with pytest.raises(UserError, match=r"features.sources=\['verbalized'\]"):
-        save_gate(tmp_path / "g", tiny_cfg("features.sources=[verbalized]"), estimator, fs.columns, pool)
+        save_gate(tmp_path / "g", tiny_cfg("features.sources=[verbalized]"), estimator, fs.view, pool)
     with pytest.raises(UserError, match="the demo pool has 1 examples; prompt.k_demos=2"):
-        save_gate(tmp_path / "g", tiny_cfg(), estimator, fs.columns, pool[:1])
-    with pytest.raises(UserError, match="fitted on 4 columns; the feature view has 3"):
-        save_gate(tmp_path / "g", tiny_cfg(), estimator, fs.columns[:3], pool)
+        save_gate(tmp_path / "g", tiny_cfg(), estimator, fs.view, pool[:1])
+    narrow = MiceLogisticRegression().fit(fs.X[:, :3], np.array([1, 1, 0, 0, 1, 1]))
+    with pytest.raises(UserError, match="fitted on 3 columns; the feature view has 4"):
+        save_gate(tmp_path / "g", tiny_cfg(), narrow, fs.view, pool)
 
 
 @pytest.mark.parametrize("estimator", ["probe_last", "probe_best_layer", "mahalanobis"])

@@ -361,7 +361,7 @@ def test_a_gate_answers_in_its_saved_format(stages, tiny_llm, tmp_path):
     stage = read_stage(folders["json_tools"])
     fs = build_features(cfg["features"], stage, paths.features)
     estimator = MiceLogisticRegression(C=1e6).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
-    folder = save_gate(tmp_path / "gate", cfg, estimator, fs.columns, select_examples(cfg["dataset"], paths).examples,
+    folder = save_gate(tmp_path / "gate", cfg, estimator, fs.view, select_examples(cfg["dataset"], paths).examples,
                        llm_stage=stage.info)
     gate = Gate.load(folder, llm=tiny_llm)
     assert gate.builder().fmt is TAGGED and gate.builder().schemas

@@ -2,7 +2,8 @@
 
 ``conf/features/<name>.yaml`` names its view class with ``_target_`` (:mod:`mice_exp.features.views`,
 scikit-learn transformers); :func:`make_view` builds it in one hop and :func:`fit_features` fits it
-on the training rows and assembles the :class:`FeatureSet` the protocols read.
+on the training rows and assembles the :class:`FeatureSet` the protocols read; a gate hands its saved
+fitted view to :func:`transform_features`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class FeatureSet:
     layer_scores: np.ndarray | None  # [N, L-1] BERTScores when the view has them (for figures)
     sources: dict[str, np.ndarray] = field(default_factory=dict)  # p_true, verbalized, consistency
     stage: StageOutput | None = None  # the LLM-stage output the rows come from (for representations)
+    view: Any = None  # the fitted view the columns come from (what a gate saves)
 
     def rows(self, split: str) -> np.ndarray:
         return self.splits == split
@@ -75,31 +77,46 @@ def make_view(cfg: Mapping[str, Any], cache_dir: Path | None = None, seed: int =
 
     if "_target_" not in cfg and cfg.get("view") in SAVED_VIEW_TARGETS:
         cfg = {**cfg, "_target_": SAVED_VIEW_TARGETS[cfg["view"]]}
-    view = build_object(cfg, "features", FeatureView, {"name": None, "view": "view"})
+    return set_runtime(build_object(cfg, "features", FeatureView, {"name": None, "view": "view"}), cache_dir, seed)
+
+
+def set_runtime(view: Any, cache_dir: Path | None, seed: int) -> Any:
+    """``view`` with what the job sets besides the YAML, where the view has it (:func:`make_view`'s
+    ``cache_dir`` and ``seed``); a gate sets them on the fitted view it loads."""
     runtime = {"random_state": seed, "cache_dir": None if cache_dir is None else str(cache_dir)}
     return view.set_params(**{k: v for k, v in runtime.items() if k in view.get_params()})
 
 
 def build_features(cfg: Mapping[str, Any], stage: StageOutput, features_cache: Path | None, seed: int = 0,
                    sources: Mapping[str, np.ndarray] | None = None) -> FeatureSet:
-    """:func:`fit_features` with the view a ``conf/features`` node describes (a gate's saved one)."""
+    """:func:`fit_features` with the view a ``conf/features`` node describes (a gate's ``features``, in a gate
+    saved before gates kept their fitted view)."""
     return fit_features(make_view(cfg, features_cache, seed), stage, sources)
 
 
 def fit_features(view: Any, stage: StageOutput, sources: Mapping[str, np.ndarray] | None = None) -> FeatureSet:
-    """Fit ``view`` (unfitted, :func:`make_view`) on the training rows of an LLM-stage output and transform
-    every record; ``sources`` are the confidence sources computed for this run (the view's ``sources`` are
-    appended as columns)."""
+    """Fit a clone of ``view`` (:func:`make_view`; the one handed in stays unfitted) on the training rows of an
+    LLM-stage output and transform every record (:func:`transform_features`)."""
+    from sklearn.base import clone
+
+    train = np.array([r["split"] == "train" for r in stage.records], dtype=bool)
+    return transform_features(clone(view).fit(stage, rows=train), stage, sources)
+
+
+def transform_features(view: Any, stage: StageOutput, sources: Mapping[str, np.ndarray] | None = None) -> FeatureSet:
+    """Every record of an LLM-stage output through a fitted ``view`` (a run's, or the one a gate saved: nothing
+    is learned from these rows); ``sources`` are the confidence sources computed for this run (the view's
+    ``sources`` are appended as columns)."""
     sources = dict(sources or {})
     stage = dataclasses.replace(stage, sources={**stage.sources, **sources})
     records = stage.records
-    splits = np.array([r["split"] for r in records])
-    X = view.fit(stage, rows=splits == "train").transform(stage)
+    X = view.transform(stage)
     columns = list(view.get_feature_names_out())
     if X.shape[1] == 0:
         raise UserError(f"features.layers={view.layers!r} with features.confidence={str(view.confidence).lower()} "
                         "selects no column; expected at least one feature")
     scores = view.scores(stage) if view.view == "bertscore" and view.layers_ else None  # for the figures (cached)
-    return FeatureSet(ids=[r["id"] for r in records], apis=np.array([r["api"] for r in records]), splits=splits,
-                      labels=np.array([r["label"] for r in records]), confidence=np.array([r["raw_confidence"] for r in records]),
-                      X=X, columns=columns, layer_scores=scores, sources=sources, stage=stage)
+    return FeatureSet(ids=[r["id"] for r in records], apis=np.array([r["api"] for r in records]),
+                      splits=np.array([r["split"] for r in records]), labels=np.array([r["label"] for r in records]),
+                      confidence=np.array([r["raw_confidence"] for r in records]), X=X, columns=columns,
+                      layer_scores=scores, sources=sources, stage=stage, view=view)

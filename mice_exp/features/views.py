@@ -5,8 +5,8 @@ learns what it needs from the training rows (the layers the stage has and, for P
 per layer); ``transform(stage)`` gives the matrix, one row per record, followed by the raw
 confidence and any extra confidence sources. The input ``stage`` is a
 :class:`~mice_exp.llm.records.StageOutput`: records and arrays, never a folder the view reads itself.
-A fitted view holds only numbers and scikit-learn objects, so skops can save it (a PCA view's
-projections are what a gate needs to rebuild the view for new queries).
+A fitted view holds only numbers and scikit-learn objects, so skops can save it: a gate keeps the
+run's fitted view (a PCA view's projections included) and transforms new queries with it.
 """
 
 from __future__ import annotations
@@ -178,3 +178,9 @@ class PcaView(FeatureView):
         blocks = [pca.transform(pooled[:, i - 1]) for i, pca in zip(self.layers_, self.pcas_)]
         names = [f"pca_L{i}_{j}" for i, pca in zip(self.layers_, self.pcas_) for j in range(pca.n_components_)]
         return np.concatenate(blocks, axis=1), names
+
+
+def view_classes() -> list[type[FeatureView]]:
+    """Every view class this module defines, the classes ``conf/features`` entries name: a gate trusts them
+    in its view file (:func:`mice_exp.gate.artifact.trusted_types`), so a new view needs no list there."""
+    return [c for c in globals().values() if isinstance(c, type) and issubclass(c, FeatureView) and c is not FeatureView]

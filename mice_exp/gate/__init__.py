@@ -3,7 +3,7 @@ LLM's call, its calibrated probability of being correct, and execute / abstain a
 
     from mice_exp.gate import Gate, save_gate
 
-    save_gate("gate/", cfg, fitted_estimator, fs.columns, demo_pool)     # after a holdout fit
+    save_gate("gate/", cfg, fitted_estimator, fs.view, demo_pool)        # after a holdout fit
     gate = Gate.load("gate/")                                           # or "runs:/<run id>/gate"
     decision = gate.check(messages, tools)          # an OpenAI chat request -> Decision(call, probability, ...)
     gate.decide([{"id": 1, "query": "...", "tools": "API_name: ...\\n..."}])   # the batch command's JSON answers
@@ -13,7 +13,7 @@ LLM's call, its calibrated probability of being correct, and execute / abstain a
 Saved without pickle (JSON, text and skops); see :mod:`mice_exp.gate.artifact`.
 """
 
-from mice_exp.gate.artifact import GATE_VIEWS, load_estimator, read_spec, save_gate, trusted_types
+from mice_exp.gate.artifact import load_estimator, read_spec, save_gate, trusted_types
 from mice_exp.gate.build import fit_gate, save_run_gate
 from mice_exp.gate.chat import Call, Decision, InvalidRequest
 from mice_exp.gate.command import gate as gate_command
@@ -22,7 +22,6 @@ from mice_exp.gate.queries import BadLine, parse_query, read_queries
 from mice_exp.gate.registry import fetch, log_gate, model_name, register_gate
 
 __all__ = [
-    "GATE_VIEWS",
     "BadLine",
     "Call",
     "Decision",

@@ -5,11 +5,13 @@ Layout of a gate folder::
   gate.json          what the gate is: LLM, prompt, retrieval and feature configs, risk and tau,
                      feature columns, estimator class and params, checksums of the other files
   estimator.skops    the fitted estimator (skops.io; loaded with an explicit list of trusted types)
+  view.skops         the run's fitted feature view (a PCA view's projections), which transforms new queries
+                     (absent from gates saved before the gate kept it: their views are stateless)
   demo_pool.jsonl    the examples demonstrations are retrieved from, one Example per line
   templates/         the prompt's instruction and system templates, as the pipeline used them
 
-Everything is JSON, text or skops. :func:`load_estimator` asks skops which types the file would
-build and refuses any that is not in :func:`trusted_types` before loading anything.
+Everything is JSON, text or skops. :func:`load_skops` asks skops which types a file would build
+and refuses any that is not in :func:`trusted_types` before loading anything.
 """
 
 from __future__ import annotations
@@ -29,15 +31,13 @@ from mice_exp.errors import UserError
 GATE_FORMAT = 1
 SPEC_FILE = "gate.json"
 ESTIMATOR_FILE = "estimator.skops"
+VIEW_FILE = "view.skops"
 POOL_FILE = "demo_pool.jsonl"
 TEMPLATE_DIR = "templates"
 SPEC_KEYS = ("llm", "llm_stage", "prompt", "templates", "retrieval", "features", "columns", "risk", "seed",
              "estimator", "demo_pool")
-
-#: Views whose feature row depends on the example alone. ``pca`` fits a PCA per layer on the
-#: training rows (:class:`mice_exp.features.views.PcaView`); a gate does not save that fitted
-#: view yet, so it cannot rebuild it for a new query.
-GATE_VIEWS = ("bertscore", "cosine", "mean_pool")
+#: The entries of ``gate.json`` that name a file with its checksum (``view``: absent from older gates).
+FILE_ENTRIES = ("estimator", "view", "demo_pool")
 
 # Keys that decide what the LLM generates (device and batch size do not enter the gate's identity).
 LLM_IDENTITY = ("name", "source", "dtype", "max_new_tokens", "context_window")
@@ -61,11 +61,19 @@ def estimator_classes() -> dict[str, type]:
     return {type_path(cls): cls for cls in exported()}
 
 
+def view_classes() -> dict[str, type]:
+    """The feature view classes a gate may hold, by class path: those :mod:`mice_exp.features.views` defines."""
+    from mice_exp.features.views import view_classes as defined
+
+    return {type_path(cls): cls for cls in defined()}
+
+
 def trusted_types() -> frozenset[str]:
-    """Every type a gate's skops file may build beyond skops' own defaults (numpy, scipy, scikit-learn):
-    the estimator classes and the types each declares its fitted state holds (``holds``)."""
+    """Every type a gate's skops files may build beyond skops' own defaults (numpy, scipy, scikit-learn, a
+    PCA included): the estimator classes, the types each declares its fitted state holds (``holds``) and
+    the feature view classes."""
     classes = estimator_classes()
-    return frozenset(classes).union(*(cls.holds for cls in classes.values()))
+    return frozenset(classes).union(view_classes(), *(cls.holds for cls in classes.values()))
 
 
 def _jsonable(value: Any) -> Any:
@@ -89,12 +97,8 @@ def risk_entry(risk_cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def unsupported(features: Mapping[str, Any], estimator: Mapping[str, Any] | None) -> str | None:
     """Why a gate cannot rebuild the inputs of a pipeline with these ``features`` and ``estimator`` entries for
-    a new query (None when it can)."""
-    view = features["view"]
+    a new query (None when it can). Every feature view can: the gate keeps the fitted one."""
     estimator = estimator or {}
-    if view not in GATE_VIEWS:
-        return (f"features.view={view!r}: its PCA is fitted on the training rows and not kept; "
-                f"expected one of {', '.join(GATE_VIEWS)}")
     if estimator.get("base"):
         return (f"estimator={estimator['key']}: a field correction holds a torch network, which a gate "
                 "does not save yet; expected an estimator without a base")
@@ -125,11 +129,22 @@ def check_estimator(estimator: Any, columns: Sequence[str]) -> None:
                         f"the feature view has {width} ({', '.join(columns[:5])}{', ...' if len(columns) > 5 else ''})")
 
 
+def dump(obj: Any) -> bytes:
+    """``obj`` as a skops file, refused (one line) when it holds a type a gate would not load."""
+    import skops.io as sio
+
+    data = sio.dumps(obj, compression=zipfile.ZIP_DEFLATED)  # a forest's node arrays compress ~3x
+    untrusted = set(sio.get_untrusted_types(data=data)) - trusted_types()
+    if untrusted:
+        raise UserError(f"{type(obj).__name__} holds types the gate would refuse to load: {sorted(untrusted)}")
+    return data
+
+
 def save_gate(
     folder: str | Path,
     cfg: Mapping[str, Any],
     estimator: Any,
-    columns: Sequence[str],
+    view: Any,
     demo_pool: Sequence[Example],
     llm_stage: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
@@ -141,32 +156,30 @@ def save_gate(
         cfg: the resolved pipeline config (``llm``, ``prompt``, ``retrieval``, ``features``,
             ``risk``, ``estimator``, ``seed``; ``dataset`` is kept as provenance).
         estimator: the fitted estimator (holdout protocol: trained on the training split).
-        columns: the feature view's columns (``FeatureSet.columns``) the estimator was fitted on.
+        view: the fitted feature view (``FeatureSet.view``) whose columns the estimator was fitted on; the
+            gate transforms new queries with it.
         demo_pool: the examples demonstrations are retrieved from (the pipeline uses the run's examples).
         llm_stage: the LLM stage's ``done.json`` summary (``n_layers``, ``hidden_size`` are checked
             against the loaded model).
         provenance: anything else worth keeping (run id, metrics).
     """
-    import skops.io as sio
-
     from mice_exp.llm.prompt import load_template
 
     features = dict(cfg["features"])
     reason = unsupported(cfg["features"], cfg.get("estimator"))
     if reason:
         raise UserError(f"cannot save this pipeline as a gate: {reason}")
+    columns = list(view.get_feature_names_out())
     check_estimator(estimator, columns)
     k = int(cfg["prompt"]["k_demos"])
     if len(demo_pool) < k:
         raise UserError(f"the demo pool has {len(demo_pool)} examples; prompt.k_demos={k} needs at least that many")
-    data = sio.dumps(estimator, compression=zipfile.ZIP_DEFLATED)  # a forest's node arrays compress ~3x
-    untrusted = set(sio.get_untrusted_types(data=data)) - trusted_types()
-    if untrusted:
-        raise UserError(f"{type(estimator).__name__} holds types the gate would refuse to load: {sorted(untrusted)}")
+    files = {ESTIMATOR_FILE: dump(estimator), VIEW_FILE: dump(view)}
 
     folder = Path(folder)
     (folder / TEMPLATE_DIR).mkdir(parents=True, exist_ok=True)
-    (folder / ESTIMATOR_FILE).write_bytes(data)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
     write_jsonl(folder / POOL_FILE, [dataclasses.asdict(e) for e in demo_pool])
     templates = {}
     for role in ("template", "system"):
@@ -183,7 +196,8 @@ def save_gate(
         "templates": templates,
         "retrieval": dict(cfg["retrieval"]),
         "features": features,
-        "columns": list(columns),
+        "columns": columns,
+        "view": {"class": class_path(view), "file": VIEW_FILE, "sha256": file_sha256(folder / VIEW_FILE)},
         "risk": risk_entry(cfg["risk"]),
         "seed": int(cfg.get("seed", 0)),
         "estimator": {
@@ -214,7 +228,7 @@ def read_spec(folder: Path) -> dict[str, Any]:
     missing = [k for k in SPEC_KEYS if k not in spec]
     if missing:
         raise UserError(f"{path} lacks {', '.join(missing)}; expected the file save_gate writes")
-    for entry in (spec["estimator"], spec["demo_pool"]):
+    for entry in (spec[key] for key in FILE_ENTRIES if key in spec):
         file = folder / entry["file"]
         if not file.is_file():
             raise UserError(f"{folder}: {entry['file']} is missing")
@@ -225,7 +239,18 @@ def read_spec(folder: Path) -> dict[str, Any]:
 
 
 def load_estimator(path: Path, expected_class: str) -> Any:
-    """The fitted estimator in a skops file, refusing any type outside :func:`trusted_types`.
+    """The fitted estimator in a skops file (:func:`load_skops`)."""
+    return load_skops(path, expected_class, estimator_classes(), "estimator")
+
+
+def load_view(path: Path, expected_class: str) -> Any:
+    """The run's fitted feature view in a skops file (:func:`load_skops`)."""
+    return load_skops(path, expected_class, view_classes(), "view")
+
+
+def load_skops(path: Path, expected_class: str, classes: Mapping[str, type], what: str) -> Any:
+    """The object of ``expected_class`` in a skops file, refusing any type outside :func:`trusted_types` and
+    any class outside ``classes`` (what a gate's ``what`` may be).
 
     skops reconstructs objects from a JSON schema and .npy arrays (read with allow_pickle=False);
     it imports and instantiates only the types passed as ``trusted`` (plus its own defaults), so
@@ -233,9 +258,8 @@ def load_estimator(path: Path, expected_class: str) -> Any:
     """
     import skops.io as sio
 
-    classes = estimator_classes()
     if expected_class not in classes:
-        raise UserError(f"{path.parent / SPEC_FILE} names estimator class {expected_class!r}; "
+        raise UserError(f"{path.parent / SPEC_FILE} names {what} class {expected_class!r}; "
                         f"a gate holds one of {', '.join(cls.__name__ for cls in classes.values())}")
     data = path.read_bytes()
     try:
@@ -245,10 +269,10 @@ def load_estimator(path: Path, expected_class: str) -> Any:
     refused = sorted(set(found) - trusted_types())
     if refused:
         raise UserError(f"{path} contains types a gate does not trust: {', '.join(refused)}; refusing to load it")
-    estimator = sio.loads(data, trusted=sorted(found))
-    if class_path(estimator) != expected_class:
-        raise UserError(f"{path} holds a {class_path(estimator)}; {SPEC_FILE} says {expected_class}")
-    return estimator
+    loaded = sio.loads(data, trusted=sorted(found))
+    if class_path(loaded) != expected_class:
+        raise UserError(f"{path} holds a {class_path(loaded)}; {SPEC_FILE} says {expected_class}")
+    return loaded
 
 
 def load_pool(path: Path) -> list[Example]:

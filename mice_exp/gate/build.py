@@ -36,7 +36,7 @@ def fit_gate(cfg: Any, folder: str | Path, paths: Paths | None = None, llm: Any 
     stage = pipeline.stage_output()
     fs = pipeline.features(stage)
     _, fitted = holdout(pipeline.study.main.estimator, fs)
-    return save_gate(folder, pipeline.config, fitted, fs.columns, pipeline.demo_pool(), llm_stage=stage.info,
+    return save_gate(folder, pipeline.config, fitted, fs.view, pipeline.demo_pool(), llm_stage=stage.info,
                      provenance={"llm_cache": stage.key, "train_rows": int(fs.rows("train").sum())})
 
 
@@ -47,8 +47,8 @@ def save_run_gate(pipeline: Pipeline, stage: StageOutput, fs: FeatureSet, estima
     ``<cache>/gates/``. Returns where it went (``uri``, ``model``, ``version``, ``folder``).
 
     ``register`` and ``name`` default to the pipeline's ``gate`` group (``conf/gate/default.yaml``);
-    ``gate.save: false``, inputs the gate cannot rebuild (the pca view, confidence sources other
-    than raw; see :func:`mice_exp.gate.artifact.unsupported`) and protocols without one model
+    ``gate.save: false``, inputs the gate cannot rebuild (confidence sources other than raw, hidden-state
+    estimators; see :func:`mice_exp.gate.artifact.unsupported`) and protocols without one model
     (loao: ``estimator`` is None) save nothing and return {}.
     """
     cfg, options = pipeline.config, pipeline.gate
@@ -58,7 +58,7 @@ def save_run_gate(pipeline: Pipeline, stage: StageOutput, fs: FeatureSet, estima
         return {}
     provenance = {"run_id": getattr(tracker, "run_id", None), "llm_cache": stage.key,
                   "train_rows": int(fs.rows("train").sum())}
-    args = (cfg, estimator, fs.columns, pipeline.demo_pool())
+    args = (cfg, estimator, fs.view, pipeline.demo_pool())
     names = (cfg["llm"]["name"], cfg["features"]["name"], cfg["estimator"]["key"])
     if not getattr(tracker, "enabled", True) or getattr(tracker, "run_id", None) is None:
         key = stable_hash({k: cfg[k] for k in GATE_IDENTITY})

@@ -4,8 +4,9 @@ A query goes through the pipeline's own steps, in the same order and with the sa
 demonstrations retrieved from the saved pool (:func:`mice_exp.data.retrieval.rank_demos`), the
 prompt (:meth:`mice_exp.llm.prompt.PromptBuilder.build`), the LLM stage's own batches and batch loop
 (:func:`mice_exp.llm.stage.batches`, :func:`mice_exp.llm.stage.run_batch`: generation with capture,
-records, pooled arrays), held in memory as a :class:`mice_exp.llm.records.StageOutput` so
-:func:`mice_exp.features.build_features` builds the feature row exactly as it does for a run, and the estimator's ``predict_proba`` on what
+records, pooled arrays), held in memory as a :class:`mice_exp.llm.records.StageOutput` that the run's
+fitted feature view, saved with the gate, transforms exactly as it transformed the run's records
+(:func:`mice_exp.features.transform_features`), and the estimator's ``predict_proba`` on what
 :func:`mice_exp.protocols.inputs` hands it. The call is executed iff p > tau, tau being the
 minimum-Bayes-risk threshold of the saved risk setting (MICE Eq. 2).
 """
@@ -30,9 +31,11 @@ from mice_exp.gate.artifact import (
     FEATURE_IDENTITY,
     LLM_IDENTITY,
     POOL_FILE,
+    VIEW_FILE,
     check_estimator,
     load_estimator,
     load_pool,
+    load_view,
     read_spec,
 )
 from mice_exp.gate.chat import Call, Decision, InvalidRequest, Messages, chat_example, check_tau
@@ -43,6 +46,7 @@ from mice_exp.llm.records import StageOutput
 
 if TYPE_CHECKING:  # pragma: no cover
     from mice_exp.data.records import Example
+    from mice_exp.features import FeatureSet
     from mice_exp.llm.prompt import Prompt, PromptBuilder
 
 SPLIT = "gate"  # the split name of the gate's records (the feature view ignores it)
@@ -100,12 +104,13 @@ def _open_client(tracking: Mapping[str, Any] | str | None, root: Path | None):
 class Gate:
     """A saved pipeline that answers queries; build it with :meth:`load`."""
 
-    def __init__(self, folder: Path, spec: dict[str, Any], estimator: Any, pool: list, *, llm: Any = None,
+    def __init__(self, folder: Path, spec: dict[str, Any], estimator: Any, view: Any, pool: list, *, llm: Any = None,
                  device: str | None = None, batch_size: int | None = None, models: Path | None = None,
                  keep: Any = None) -> None:
         self.folder = Path(folder)
         self.spec = spec
         self.estimator = estimator
+        self.view = view  # the run's fitted feature view; None in a gate saved before gates kept it
         self.pool = pool
         self.llm_cfg = dict(spec["llm"]) | ({"device": device} if device else {})
         if batch_size:
@@ -157,7 +162,13 @@ class Gate:
                           stacklevel=2)
         estimator = load_estimator(folder / ESTIMATOR_FILE, spec["estimator"]["class"])
         check_estimator(estimator, spec["columns"])
-        return cls(folder, spec, estimator, load_pool(folder / POOL_FILE), llm=llm, device=device,
+        view = None
+        if "view" in spec:
+            from mice_exp.features import set_runtime
+
+            # BERTScores computed, not cached: every batch of queries is a stage keyed "gate"
+            view = set_runtime(load_view(folder / VIEW_FILE, spec["view"]["class"]), None, int(spec["seed"]))
+        return cls(folder, spec, estimator, view, load_pool(folder / POOL_FILE), llm=llm, device=device,
                    batch_size=batch_size, models=models, keep=keep)
 
     @property
@@ -234,7 +245,16 @@ class Gate:
         return self._encoder
 
     # ------------------------------------------------------------------ scoring
-    def probabilities(self, fs: Any) -> np.ndarray:
+    def features(self, stage: StageOutput) -> FeatureSet:
+        """The feature rows of an LLM-stage output through the run's fitted view; a gate saved before gates
+        kept their view (a stateless one) fits its view on ``stage`` itself, as it did then."""
+        from mice_exp.features import build_features, transform_features
+
+        if self.view is None:
+            return build_features(self.spec["features"], stage, None, seed=int(self.spec["seed"]))
+        return transform_features(self.view, stage)
+
+    def probabilities(self, fs: FeatureSet) -> np.ndarray:
         """P(correct) for the rows of a FeatureSet built with the gate's feature view."""
         from mice_exp.protocols import inputs
 
@@ -327,7 +347,6 @@ class Gate:
 
     def _run(self, examples: dict[int, Any], prompts: dict[int, Any]) -> tuple[list[dict], np.ndarray]:
         """Generate with the LLM stage's own batch loop, build the feature rows, score them; rows in index order."""
-        from mice_exp.features import build_features
         from mice_exp.llm.stage import batches, run_batch
 
         llm = self.llm()
@@ -345,8 +364,7 @@ class Gate:
         tick = time.perf_counter()
         stage = StageOutput(records=records, info={"n_layers": llm.n_layers, "hidden_size": llm.hidden_size},
                             key="gate", pooled={k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]})
-        fs = build_features(self.spec["features"], stage, None, seed=int(self.spec["seed"]))
-        p = self.probabilities(fs)
+        p = self.probabilities(self.features(stage))
         self.timing["features_s"] = time.perf_counter() - tick
         row = {r["id"]: n for n, r in enumerate(records)}
         keep = [row[examples[i].id] for i in sorted(prompts)]
