@@ -17,6 +17,7 @@ outside the timed parts.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -151,6 +152,26 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def measure(name: str, cfg: dict[str, Any], llm_name: str, models: Path, prompts: dict[str, list[int]],
+            batches: list[list[str]], max_new: int) -> dict[str, Any]:
+    """One backend's times and generations; what it loaded is freed when this returns (two in-process vLLM
+    engines' KV caches left too little memory for the server that ``openai`` starts next)."""
+    llm_cfg = {**cfg["llm"], "backend": name}
+    if name == "hf":
+        llm = load_llm(llm_cfg, models)
+        return run_backend(llm, hf_plain(llm), prompts, batches, max_new)
+    if name == "vllm":
+        llm = load_llm(llm_cfg, models)
+        return run_backend(llm, vllm_plain(model_folder(cfg["llm"], models), cfg["llm"], llm.eos), prompts, batches,
+                           max_new)
+    if name == "openai":
+        with vllm_server(model_folder(cfg["llm"], models), llm_name, int(cfg["llm"]["context_window"])) as (url, pid):
+            llm = load_llm({**llm_cfg, "base_url": url, "model": llm_name}, models)
+            return run_backend(llm, lambda p, n: [g.token_ids for g in llm.generate(p, n, REACT)], prompts, batches,
+                               max_new, extra=[pid])
+    raise SystemExit(f"--backends: {name!r}; expected some of hf, vllm, openai")
+
+
 def main() -> None:
     from mice_exp.compose import as_plain, compose_config
     from mice_exp.paths import paths_from
@@ -186,21 +207,8 @@ def main() -> None:
           f"tokens, up to {max_new} new tokens each")
     results: dict[str, dict[str, Any]] = {}
     for name in args.backends.split(","):
-        llm_cfg = {**cfg["llm"], "backend": name}
-        if name == "hf":
-            llm = load_llm(llm_cfg, models)
-            results[name] = run_backend(llm, hf_plain(llm), prompts, batches, max_new)
-        elif name == "vllm":
-            llm = load_llm(llm_cfg, models)
-            plain = vllm_plain(model_folder(cfg["llm"], models), cfg["llm"], llm.eos)
-            results[name] = run_backend(llm, plain, prompts, batches, max_new)
-        elif name == "openai":
-            with vllm_server(model_folder(cfg["llm"], models), args.llm, int(cfg["llm"]["context_window"])) as (url, pid):
-                llm = load_llm({**llm_cfg, "base_url": url, "model": args.llm}, models)
-                results[name] = run_backend(llm, lambda p, n: [g.token_ids for g in llm.generate(p, n, REACT)], prompts,
-                                            batches, max_new, extra=[pid])
-        else:
-            raise SystemExit(f"--backends: {name!r}; expected some of hf, vllm, openai")
+        results[name] = measure(name, cfg, args.llm, models, prompts, batches, max_new)
+        gc.collect()  # the backend's engines and KV caches go before the next one allocates its own
         print(f"{name}: with capture {results[name]['times']['with capture'][0]:.1f} s")
     print("\n" + table(results))
     reference = results.get("hf")
