@@ -143,13 +143,24 @@ def test_a_run_from_records_loads_no_llm(published, tmp_path):
         "from mice_exp.run import run\n"
         f"out = run(compose_config(['llm=tiny_random', 'llm.records={published[1]}', 'features=conf_only',\n"
         f"    'estimator=mice_lr', 'tracking.enabled=false', 'permutations=0', 'gate.save=false',\n"
-        f"    'paths.cache={tmp_path}', 'dataset.path={FIXTURE}']))\n"
+        f"    'paths.cache={tmp_path}', 'dataset.path={FIXTURE}', 'llm.max_new_tokens=6', 'prompt.k_demos=2']))\n"
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'an LLM library was imported'\n"
         "print(out['llm_examples'])\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=PACKAGE_ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "6"
+
+
+def test_a_records_file_of_other_prompt_settings_is_refused(published, tmp_path):
+    """Every prompt setting and the generation budget the records were made with are the run's too: the same file
+    read as 8-shot records (they are 2-shot) or with another budget would be logged, and its gate saved, as such."""
+    for override, named in (("prompt.k_demos=8", "k_demos=2; this run has prompt.k_demos=8"),
+                            ("llm.max_new_tokens=96", "max_new_tokens=6; this run has llm.max_new_tokens=96")):
+        cfg = as_plain(compose_config(["llm=tiny_random", f"llm.records={published[1]}", f"dataset.path={FIXTURE}",
+                                       "llm.max_new_tokens=6", "prompt.k_demos=2", override]))
+        with pytest.raises(UserError, match=f"was written with {named}"):
+            stage_of(cfg, Paths(root=PACKAGE_ROOT, cache=tmp_path)).output()
 
 
 def _replay_stage(published, cache: Path, **llm) -> Any:

@@ -141,15 +141,26 @@ def read_records_header(path: Path) -> dict[str, Any]:
         return json.loads(handle.readline())
 
 
+#: Prompt settings added after the replay key existed, at the value every record had before them (STE's
+#: text and ReAct before ``prompt=json_tools``; the demonstrations' tools pooled with the query's, the most
+#: similar demonstrations).
+FORMAT_DEFAULTS = {"tools": "text", "format": REACT.name, "demo_tools": "pooled", "demo_mix": "similar"}
+#: Prompt settings whose value every record had before the setting existed: left out of the keys at that
+#: value, so those caches and records files keep their keys (``demo_pool=all``: before the pool existed).
+PROMPT_DEFAULTS = {"demo_pool": "all", "no_call_note": None} | FORMAT_DEFAULTS
+
+
 def made_with(header: Mapping[str, Any]) -> dict[str, Any]:
-    """What a records file's header says produced it: the LLM, the demonstration pool, the reply format,
-    where the demonstrations' tools are shown and how they are mixed (a header from before ``prompt.demo_pool``
-    / ``prompt.format`` / ``prompt.demo_tools`` / ``prompt.demo_mix`` existed: ``all`` / ``react`` / ``pooled`` /
-    ``similar``, the only ones there were; the stage key leaves those values out)."""
-    prompt = (header.get("stage_key") or {}).get("prompt") or {}
-    return {"llm": header.get("llm"), "demo_pool": prompt.get("demo_pool", "all"),
-            "format": prompt.get("format", REACT.name), "demo_tools": prompt.get("demo_tools", "pooled"),
-            "demo_mix": prompt.get("demo_mix", "similar")}
+    """What a records file's header says produced it: the LLM, its generation budget and every prompt setting of
+    its stage key (a setting the key leaves out had its default there: :data:`PROMPT_DEFAULTS`,
+    ``demo_pool=all`` for a header from before the pool existed)."""
+    key = header.get("stage_key") or {}
+    return made_of(header.get("llm"), (key.get("llm") or {}).get("max_new_tokens"), key.get("prompt") or {})
+
+
+def made_of(llm: str | None, max_new_tokens: int | None, prompt: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a records file and the run reading it must share (:func:`made_with`)."""
+    return {"llm": llm, "max_new_tokens": max_new_tokens, **PROMPT_DEFAULTS, **prompt}
 
 
 def _check_values(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
@@ -175,8 +186,8 @@ def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[st
                       splits: Mapping[str, str] | None = None, expect: Mapping[str, Any] | None = None) -> StageOutput:
     """A published records file as a stage output; every problem is one line naming the file.
 
-    ``dataset``: the data set the run expects; ``expect``: what the run says produced it (``llm``,
-    ``demo_pool``, ``format``: :func:`made_with`), checked against the header; ``needs``: record fields the requested view reads;
+    ``dataset``: the data set the run expects; ``expect``: what the run says produced it (the LLM, its
+    ``max_new_tokens`` and every prompt setting: :func:`made_with`), checked against the header; ``needs``: record fields the requested view reads;
     ``splits``: the run's selection (id -> split), so ``dataset.apis`` / ``max_apis`` / ``max_per_api``
     pick from a file as they pick from the data set (None: every record).
     """
@@ -201,8 +212,8 @@ def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[st
                         f"{dataset!r} (expected a records file of the same data set)")
     found = made_with(header)
     for name, wanted in (expect or {}).items():
-        if found[name] != wanted:
-            setting = "llm.name" if name == "llm" else f"prompt.{name}"
+        if found.get(name) != wanted:
+            setting = {"llm": "llm.name", "max_new_tokens": "llm.max_new_tokens"}.get(name, f"prompt.{name}")
             raise UserError(f"llm.records={path} was written with {name}={found[name]!r}; this run has "
                             f"{setting}={wanted!r} (expected a records file of the same {name}, or "
                             f"{setting}={found[name]!r})")

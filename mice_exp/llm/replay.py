@@ -25,9 +25,9 @@ from mice_exp.errors import UserError
 from mice_exp.llm.model import LLM
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import PromptBuilder
-from mice_exp.llm.records import ARRAYS, StageOutput
+from mice_exp.llm.records import ARRAYS, FORMAT_DEFAULTS, StageOutput
 from mice_exp.llm.sources import record_prompts
-from mice_exp.llm.stage import FORMAT_DEFAULTS, LLMStage, prompt_key, shard_arrays
+from mice_exp.llm.stage import LLMStage, prompt_key, shard_arrays
 
 METHOD = "teacher-forced-1"  # how states are replayed; part of their cache key
 NEEDS = ("token_ids", "n_demos", "prompt_hash")  # what a record must keep to be replayed

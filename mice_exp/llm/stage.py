@@ -32,9 +32,10 @@ from mice_exp.errors import UserError
 from mice_exp.llm.headroom import Headroom
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import Prompt, PromptBuilder
-from mice_exp.llm.records import StageOutput, read_records_file, read_stage, shard_name, shards, summarise
+from mice_exp.llm.records import (PROMPT_DEFAULTS, StageOutput, made_of, read_records_file, read_stage, shard_name,
+                                  shards, summarise)
 from mice_exp.llm.shards import ShardPlan, run_workers
-from mice_exp.llm.toolcall import REACT, CallFormat, content_mask
+from mice_exp.llm.toolcall import CallFormat, content_mask
 from mice_exp.paths import Paths, resolve
 
 if TYPE_CHECKING:  # annotations only: the capture (torch) loads with the backend
@@ -55,13 +56,6 @@ def backend_key(llm: Mapping[str, Any]) -> dict[str, Any]:
     return {"backend": name} | ({"model": llm.get("model")} if name == "openai" else {})
 
 
-#: Prompt settings added after the replay key existed, at the value every record had before them (STE's
-#: text and ReAct before ``prompt=json_tools``; the demonstrations' tools pooled with the query's, the most
-#: similar demonstrations).
-FORMAT_DEFAULTS = {"tools": "text", "format": REACT.name, "demo_tools": "pooled", "demo_mix": "similar"}
-#: Prompt settings whose value every record had before the setting existed: left out of the keys at that
-#: value, so those caches and records files keep their keys (``demo_pool=all``: before the pool existed).
-PROMPT_DEFAULTS = {"demo_pool": "all", "no_call_note": None} | FORMAT_DEFAULTS
 
 
 def prompt_key(prompt: Mapping[str, Any], defaults: Mapping[str, Any] = PROMPT_DEFAULTS) -> dict[str, Any]:
@@ -231,9 +225,7 @@ class LLMStage:
 
     def made_with(self) -> dict[str, Any]:
         """What must have produced a records file this stage reads (:func:`~mice_exp.llm.records.made_with`)."""
-        return {"llm": self.llm["name"], "demo_pool": self.prompt.get("demo_pool", "all"),
-                "format": self.prompt.get("format", REACT.name), "demo_tools": self.prompt.get("demo_tools", "pooled"),
-                "demo_mix": self.prompt.get("demo_mix", "similar")}
+        return made_of(self.llm["name"], self.llm.get("max_new_tokens"), self.prompt)
 
     def output(self, needs: Sequence[str] = ()) -> StageOutput:
         """The stage's records: from the records file (cut to the run's selection; ``needs``: the record fields
