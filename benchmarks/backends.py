@@ -23,6 +23,7 @@ import os
 import platform
 import sys
 import time
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -77,17 +78,23 @@ def label_of(example: Any, text: str) -> int:
 
 
 def run_backend(llm: Any, plain: Callable[[list[list[int]], int], list[list[int]]], prompts: dict[str, list[int]],
-                batches: list[list[str]], max_new: int, extra: Sequence[int] = ()) -> dict[str, Any]:
-    """Prefill alone, generation alone and generation with capture over the same batches."""
+                batches: list[list[str]], max_new: int, extra: Sequence[int] = (),
+                cold: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """Prefill alone, generation alone and generation with capture over the same batches, each pass from a cold
+    prefix cache (``cold`` empties vLLM's; otherwise a pass would reuse the prompts the one before it encoded)."""
     times: dict[str, tuple[float, float]] = {}
     plain([prompts[i] for i in batches[0]], 2)  # warm-up: first-call allocations and kernel choices stay out
+    llm.generate([prompts[i] for i in batches[0]], 2, REACT)
+    cold()
     with timed(times, "prefill", extra):
         for batch in batches:
             plain([prompts[i] for i in batch], 1)
+    cold()
     tokens: dict[str, list[int]] = {}
     with timed(times, "generation", extra):
         for batch in batches:
             tokens |= dict(zip(batch, plain([prompts[i] for i in batch], max_new)))
+    cold()
     gens: dict[str, Any] = {}
     with timed(times, "with capture", extra):
         for batch in batches:
@@ -102,8 +109,9 @@ def hf_plain(llm: Any) -> Callable[[list[list[int]], int], list[list[int]]]:
     return generate
 
 
-def vllm_plain(folder: Path, cfg: dict[str, Any], eos: list[int]) -> Callable[[list[list[int]], int], list[list[int]]]:
-    """A second vLLM engine without the hidden-states extraction: generation alone, as a user would run it."""
+def vllm_plain(folder: Path, cfg: dict[str, Any], llm: Any) -> tuple[Callable[[list[list[int]], int], list[list[int]]], Any]:
+    """A second vLLM engine without the hidden-states extraction: generation alone, as a user would run it, its
+    tokens cut where the stage cuts them (EOS, the call's stop); and the engine."""
     from vllm import LLM as Engine, SamplingParams, TokensPrompt
 
     engine = Engine(model=str(folder), tokenizer=str(folder), dtype="float32", seed=0,
@@ -111,10 +119,10 @@ def vllm_plain(folder: Path, cfg: dict[str, Any], eos: list[int]) -> Callable[[l
                     enable_prefix_caching=True)
 
     def generate(prompts: list[list[int]], max_new: int) -> list[list[int]]:
-        params = SamplingParams(temperature=0.0, max_tokens=max_new, stop_token_ids=eos, detokenize=False)
+        params = SamplingParams(temperature=0.0, max_tokens=max_new, stop_token_ids=llm.eos, detokenize=False)
         outs = engine.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        return [list(o.outputs[0].token_ids) for o in outs]
-    return generate
+        return [capture.truncate(llm.tokenizer, list(o.outputs[0].token_ids), llm.eos)[0] for o in outs]
+    return generate, engine
 
 
 def compare(name: str, result: dict[str, Any], reference: dict[str, Any] | None, examples: dict[str, Any]) -> str:
@@ -162,13 +170,16 @@ def measure(name: str, cfg: dict[str, Any], llm_name: str, models: Path, prompts
         return run_backend(llm, hf_plain(llm), prompts, batches, max_new)
     if name == "vllm":
         llm = load_llm(llm_cfg, models)
-        return run_backend(llm, vllm_plain(model_folder(cfg["llm"], models), cfg["llm"], llm.eos), prompts, batches,
-                           max_new)
+        plain, engine = vllm_plain(model_folder(cfg["llm"], models), cfg["llm"], llm)
+        return run_backend(llm, plain, prompts, batches, max_new,
+                           cold=lambda: (engine.reset_prefix_cache(), llm.engine.reset_prefix_cache()))
     if name == "openai":
+        os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # the server's /reset_prefix_cache
         with vllm_server(model_folder(cfg["llm"], models), llm_name, int(cfg["llm"]["context_window"])) as (url, pid):
             llm = load_llm({**llm_cfg, "base_url": url, "model": llm_name}, models)
+            reset = urllib.request.Request(url.removesuffix("/v1") + "/reset_prefix_cache", method="POST")
             return run_backend(llm, lambda p, n: [g.token_ids for g in llm.generate(p, n, REACT)], prompts, batches,
-                               max_new, extra=[pid])
+                               max_new, extra=[pid], cold=lambda: urllib.request.urlopen(reset, timeout=60).close())
     raise SystemExit(f"--backends: {name!r}; expected some of hf, vllm, openai")
 
 
