@@ -162,8 +162,8 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
 def measure(name: str, cfg: dict[str, Any], llm_name: str, models: Path, prompts: dict[str, list[int]],
             batches: list[list[str]], max_new: int) -> dict[str, Any]:
-    """One backend's times and generations; what it loaded is freed when this returns (two in-process vLLM
-    engines' KV caches left too little memory for the server that ``openai`` starts next)."""
+    """One backend's times and generations; what it loaded is freed when this returns (two vLLM engines' KV
+    caches left too little memory for the server that ``openai`` starts next)."""
     llm_cfg = {**cfg["llm"], "backend": name}
     if name == "hf":
         llm = load_llm(llm_cfg, models)
@@ -171,8 +171,12 @@ def measure(name: str, cfg: dict[str, Any], llm_name: str, models: Path, prompts
     if name == "vllm":
         llm = load_llm(llm_cfg, models)
         plain, engine = vllm_plain(model_folder(cfg["llm"], models), cfg["llm"], llm)
-        return run_backend(llm, plain, prompts, batches, max_new,
-                           cold=lambda: (engine.reset_prefix_cache(), llm.engine.reset_prefix_cache()))
+        try:
+            return run_backend(llm, plain, prompts, batches, max_new,
+                               cold=lambda: (engine.reset_prefix_cache(), llm.engine.reset_prefix_cache()))
+        finally:  # their engine processes outlive the objects: 7 GB that the kernel killed while the server ran
+            for held in (engine, llm.engine):
+                held.llm_engine.engine_core.shutdown()
     if name == "openai":
         os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # the server's /reset_prefix_cache
         with vllm_server(model_folder(cfg["llm"], models), llm_name, int(cfg["llm"]["context_window"])) as (url, pid):
