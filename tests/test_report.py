@@ -435,6 +435,17 @@ def test_report_command_logs_a_report_run_and_writes_the_folder(filled, tmp_path
     assert (tmp_path / "out" / "results.csv").is_file()
 
 
+def test_a_report_replaces_an_earlier_one_only_when_forced(tmp_path, monkeypatch):
+    """A published report (results.md, results.csv, predictions.csv) is not overwritten by accident."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "results.md").write_text("# an earlier report\n")
+    with pytest.raises(UserError, match=r"--out old: .* already holds a report \(results.md\); expected --force"):
+        command.output_folder(command.parse_args(["--out", "old"]), Path("/r"))
+    assert command.output_folder(command.parse_args(["--out", "old", "--force"]), Path("/r")) == tmp_path / "old"
+    assert command.output_folder(command.parse_args(["--out", "new"]), Path("/r")) == tmp_path / "new"
+
+
 def test_report_arguments_are_checked(fresh, monkeypatch):
     with pytest.raises(UserError, match="invalid arguments"):
         command.report(["--preset", "a", "--out", "b"])

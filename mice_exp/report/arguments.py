@@ -31,6 +31,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--preset", default=None, help="also write the files into experiments/PRESET/")
     where.add_argument("--out", default=None, help="also write the files into DIR")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the report an earlier one wrote in the --preset / --out folder")
     parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
     try:
         return parser.parse_args(list(argv))

@@ -195,14 +195,22 @@ def log_report(client, report: Report, folder: Path, root: Path) -> str:
 
 
 def output_folder(args: argparse.Namespace, root: Path) -> Path | None:
+    """The folder ``--preset`` / ``--out`` names, checked before any work (a report is minutes of it): writable,
+    not the project, and holding no earlier report unless ``--force`` (its files would be replaced)."""
     if args.preset:
         name = Path(args.preset)
         if name.is_absolute() or ".." in name.parts or not name.parts:
             raise UserError(f"--preset {args.preset!r}; expected a folder name under experiments/")
-        return writable_folder(root / "experiments" / name, root, "--preset")
-    if args.out is not None:
-        return writable_folder(args.out, Path.cwd(), "--out")  # before any work: a report is minutes of it
-    return None
+        setting, folder = f"--preset {args.preset}", writable_folder(root / "experiments" / name, root, "--preset")
+    elif args.out is not None:
+        setting, folder = f"--out {args.out}", writable_folder(args.out, Path.cwd(), "--out")
+    else:
+        return None
+    earlier = [name for name in (MARKDOWN_FILE, CSV_FILE, PREDICTIONS_FILE) if (folder / name).exists()]
+    if earlier and not args.force:
+        raise UserError(f"{setting}: {folder} already holds a report ({', '.join(earlier)}); expected --force to "
+                        "replace it, or another folder")
+    return folder
 
 
 def report(argv: Sequence[str]) -> None:
