@@ -199,3 +199,8 @@ class PromptBuilder:
                                 f"more than the {budget} the context window leaves; expected a larger "
                                 "llm.context_window", len(ids), budget)
         return Prompt(ids=ids, n_demos=len(kept), dropped=len(demos) - len(kept))
+
+
+def option_token_ids(tokenizer: Any, option: str) -> list[int]:
+    """First token of the option letter as the model may write it ("A", " A")."""
+    return sorted({tokenizer.encode(v, add_special_tokens=False)[0] for v in (option, f" {option}")})

@@ -154,8 +154,8 @@ def made_with(header: Mapping[str, Any]) -> dict[str, Any]:
     """What a records file's header says produced it: the LLM, its generation budget and every prompt setting of
     its stage key (a setting the key leaves out had its default there: :data:`PROMPT_DEFAULTS`,
     ``demo_pool=all`` for a header from before the pool existed)."""
-    key = header.get("stage_key") or {}
-    return made_of(header.get("llm"), (key.get("llm") or {}).get("max_new_tokens"), key.get("prompt") or {})
+    stage_key = header.get("stage_key") or {}
+    return made_of(header.get("llm"), (stage_key.get("llm") or {}).get("max_new_tokens"), stage_key.get("prompt") or {})
 
 
 def made_of(llm: str | None, max_new_tokens: int | None, prompt: Mapping[str, Any]) -> dict[str, Any]:

@@ -41,21 +41,16 @@ from mice_exp.cache import read_jsonl, stable_hash, write_jsonl
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids, truncate
 from mice_exp.llm.model import LLM
-from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.backends.openai import ENDPOINT_METHOD
+from mice_exp.llm.prompt import PromptBuilder, option_token_ids
 from mice_exp.llm.records import SOURCES, StageOutput
-from mice_exp.llm.stage import LLMStage, prompt_key
+from mice_exp.llm.stage import LazyLLM, LLMStage, prompt_key
 from mice_exp.llm.toolcall import CallFormat
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 METHOD = "shared-prefix-1"  # how sources are computed; part of their cache key
-ENDPOINT_METHOD = "endpoint-1"  # the same prompts sent to an OpenAI-compatible server (llm.backend=openai)
 ORDER = ("p_true", "verbalized", "acts", "consistency", "semantic_entropy")
 SAMPLED = ("consistency", "semantic_entropy")  # one set of k samples serves both
-
-
-def option_token_ids(tokenizer: Any, option: str) -> list[int]:
-    """First token of the option letter as the model may write it ("A", " A")."""
-    return sorted({tokenizer.encode(v, add_special_tokens=False)[0] for v in (option, f" {option}")})
 
 
 def parse_percent(text: str) -> float | None:
@@ -223,6 +218,16 @@ def source_dir(llm_dir: Path, name: str, settings: Mapping[str, Any], prompt_cfg
     return llm_dir / f"source-{name}-{stable_hash(key)}"
 
 
+def source_runner(backend: LazyLLM) -> Any:
+    """What computes the confidence sources: the server itself under ``openai`` (black-box, from its token
+    log-probabilities and samples), else the transformers model's own forward passes."""
+    if backend.settings.get("backend") == "openai":
+        from mice_exp.llm.backends.openai import EndpointSources
+
+        return EndpointSources(backend.generator())
+    return PrefixSources(backend.forward_model())
+
+
 def call_values(runner: Any, settings: Mapping[str, Any], llm_settings: Mapping[str, Any], prompts: Prompts,
                 names: Sequence[str]) -> dict[str, Any]:
     """Every named source of one call (``settings``: conf/sources; ``llm_settings``: conf/llm, the samples'
@@ -327,5 +332,5 @@ def stage_sources(settings: Mapping[str, Any], stage: LLMStage, output: StageOut
     batches = range(-(-len(output.records) // int(stage.llm["batch_size"])))
     if not all((folder / f"shard-{n:05d}.jsonl").exists() for folder in folders.values() for n in batches):
         folder, examples, demos = stage.context(output)
-        compute_sources(names, settings, stage, folder, examples, demos, output.records, stage.backend.source_runner())
+        compute_sources(names, settings, stage, folder, examples, demos, output.records, source_runner(stage.backend))
     return {name: load_source(folders[name], output.ids) for name in names}

@@ -155,17 +155,6 @@ class LazyLLM:
                 self._forward = load_hf(self.settings, self.models)
         return self._forward
 
-    def source_runner(self) -> Any:
-        """What computes the confidence sources: the server itself under ``openai`` (black-box, from its token
-        log-probabilities and samples), else the transformers model's own forward passes."""
-        if self.settings.get("backend") == "openai":
-            from mice_exp.llm.backends.openai import EndpointSources
-
-            return EndpointSources(self.generator())
-        from mice_exp.llm.sources import PrefixSources
-
-        return PrefixSources(self.forward_model())
-
 
 class LLMStage:
     """One run's LLM stage: the config groups its key hashes (``dataset``, ``prompt``, ``llm``, ``retrieval``), the

@@ -20,6 +20,7 @@ from mice_exp.llm.capture import Generation, truncate
 from mice_exp.llm.toolcall import CallFormat
 
 TOKEN_ID = "token_id:"  # vLLM's spelling of a token when asked for ids (return_tokens_as_token_ids)
+ENDPOINT_METHOD = "endpoint-1"  # how the sources are computed here, part of their cache key (mice_exp.llm.sources)
 
 
 @dataclass
@@ -107,7 +108,7 @@ class EndpointCall:
     def p_true(self, prompt: Sequence[int]) -> float | None:
         """P(A) / (P(A) + P(B)) for the option tokens after ``prompt``, each scored as the last token of an echoed
         prompt (no token is generated), so the probabilities are the model's own over its whole vocabulary."""
-        from mice_exp.llm.sources import option_token_ids
+        from mice_exp.llm.prompt import option_token_ids
 
         options = [(o, t) for o in "AB" for t in option_token_ids(self.endpoint.tokenizer, o)]
         choices = self.endpoint.complete([[*prompt, t] for _, t in options], 0, echo=True, temperature=0.0)
@@ -134,8 +135,6 @@ class EndpointSources:
     and semantic entropy drawn by the server, each call with its own seed (the batch's seed and its position)."""
 
     def __init__(self, endpoint: Endpoint):
-        from mice_exp.llm.sources import ENDPOINT_METHOD
-
         self.endpoint, self.method = endpoint, ENDPOINT_METHOD
         self.tokenizer, self.eos = endpoint.tokenizer, endpoint.eos
         self.seed = self.calls = 0
