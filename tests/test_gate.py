@@ -263,6 +263,21 @@ def test_a_new_estimator_is_trusted_once_mice_exp_estimators_exports_it(monkeypa
     assert class_path(load_estimator(path, "test_gate.Rescaled")) == "test_gate.Rescaled"
 
 
+def test_a_new_estimator_module_is_trusted_without_an_export(monkeypatch, tmp_path):
+    """A new estimator is its module in mice_exp/estimators and its YAML: a gate finds and trusts its class."""
+    import sys
+
+    import mice_exp.estimators
+    from mice_exp.gate.artifact import trusted_types
+
+    (tmp_path / "scaled.py").write_text("from mice_exp.estimators.raw import RawConfidence\n\n\n"
+                                        "class Scaled(RawConfidence):\n    pass\n")
+    monkeypatch.setattr(mice_exp.estimators, "__path__", [*mice_exp.estimators.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "mice_exp.estimators.scaled", raising=False)
+    assert "mice_exp.estimators.scaled.Scaled" in trusted_types()
+    sys.modules.pop("mice_exp.estimators.scaled", None)
+
+
 @pytest.mark.parametrize("estimator", [cls() for cls in estimator_classes() if cls.input_kind != "field"],
                          ids=lambda e: type(e).__name__)
 def test_every_estimator_a_gate_may_hold_loads_with_the_types_it_declares(estimator, tmp_path):

@@ -3,13 +3,15 @@
 Each class says through ``input_kind`` whether it reads the raw confidence ("confidence", one
 column), the feature view ("features"), every layer of an LLM hidden-state array ("hidden") or a
 base input beside a representation ("field"). Build them from ``conf/estimator/<name>.yaml`` with
-``hydra.utils.instantiate(cfg.estimator.model)``; a new estimator is its module, its export here
-(what the YAML's ``_target_`` names) and the YAML: :func:`estimator_classes` finds it, and a gate
-trusts it (:func:`mice_exp.gate.artifact.trusted_types`).
+``hydra.utils.instantiate(cfg.estimator.model)``; a new estimator is its module in this package and the
+YAML whose ``_target_`` names it (one defined elsewhere: exported here): :func:`estimator_classes` finds
+it, and a gate trusts it (:func:`mice_exp.gate.artifact.trusted_types`).
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from inspect import isabstract
 
 from mice_exp.estimators.base import ConfidenceEstimator, FallbackWarning
@@ -42,6 +44,12 @@ __all__ = [
 
 
 def estimator_classes() -> list[type[ConfidenceEstimator]]:
-    """Every estimator class this package exports, the classes ``conf/estimator`` entries name."""
-    return [c for c in globals().values() if isinstance(c, type) and issubclass(c, ConfidenceEstimator)
-            and not isabstract(c)]
+    """Every concrete estimator class defined in this package's modules or exported here (one defined elsewhere),
+    the classes ``conf/estimator`` entries name."""
+    def concrete(namespace: dict[str, object]) -> list[type[ConfidenceEstimator]]:
+        return [c for c in namespace.values() if isinstance(c, type) and issubclass(c, ConfidenceEstimator)
+                and not isabstract(c)]
+
+    modules = [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)]
+    found = [c for module in modules for c in concrete(vars(module)) if c.__module__ == module.__name__]
+    return list(dict.fromkeys([*found, *concrete(globals())]))
