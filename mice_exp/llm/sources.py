@@ -180,7 +180,7 @@ class PrefixSources:
     at a time (:class:`PrefixCall`); samples seeded per batch from torch's global generator."""
 
     def __init__(self, llm: LLM):
-        self.llm, self.tokenizer, self.eos, self.method = llm, llm.tokenizer, llm.eos_ids(), METHOD
+        self.llm, self.tokenizer, self.eos = llm, llm.tokenizer, llm.eos_ids()
 
     def start_batch(self, seed: int) -> None:
         torch.manual_seed(seed)
@@ -283,7 +283,7 @@ def compute_sources(names: Sequence[str], settings: Mapping[str, Any], stage: LL
     A source whose ``splits`` setting lists splits (self-consistency: k generations per call) is
     computed for those records only; the others are missing (None).
     """
-    folders = source_folders(names, settings, stage.prompt, llm_dir, runner.method)
+    folders = source_folders(names, settings, stage.prompt, llm_dir, source_method(stage.llm))
     names = list(folders)
     size = int(stage.llm["batch_size"])
     builder = PromptBuilder.from_config(stage.prompt, runner.tokenizer)

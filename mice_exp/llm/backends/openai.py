@@ -105,7 +105,7 @@ class EndpointCall:
     def __init__(self, endpoint: Endpoint, seed: int):
         self.endpoint, self.seed = endpoint, seed
 
-    def p_true(self, prompt: Sequence[int]) -> float | None:
+    def p_true(self, prompt: Sequence[int]) -> float:
         """P(A) / (P(A) + P(B)) for the option tokens after ``prompt``, each scored as the last token of an echoed
         prompt (no token is generated), so the probabilities are the model's own over its whole vocabulary."""
         from mice_exp.llm.prompt import option_token_ids
@@ -135,7 +135,7 @@ class EndpointSources:
     and semantic entropy drawn by the server, each call with its own seed (the batch's seed and its position)."""
 
     def __init__(self, endpoint: Endpoint):
-        self.endpoint, self.method = endpoint, ENDPOINT_METHOD
+        self.endpoint = endpoint
         self.tokenizer, self.eos = endpoint.tokenizer, endpoint.eos
         self.seed = self.calls = 0
 
