@@ -44,8 +44,15 @@ def test_each_preset_runs_the_full_data_set_unless_scaled_down(path):
     assert full.dataset.max_apis is None and small.dataset.max_apis == 3
 
 
-def test_the_split_names_a_config_may_list_are_the_data_sets():
-    from mice_exp import config
-    from mice_exp.data import splits
+def test_the_choices_a_config_is_checked_against_are_the_ones_the_code_accepts():
+    """mice_exp.config keeps copies of these lists (importing the modules would load every data loader);
+    a choice added to the code and not to its copy would be refused before the run."""
+    from mice_exp import config, data
+    from mice_exp.data import retrieval, splits
+    from mice_exp.llm import prompt, toolcall
 
     assert config.SPLIT_NAMES == splits.SPLIT_NAMES
+    assert config.DEMO_POOLS == data.DEMO_POOLS
+    assert config.DEMO_MIXES == retrieval.DEMO_MIXES
+    assert config.TOOL_MODES == prompt.TOOL_MODES and config.DEMO_TOOLS == prompt.DEMO_TOOLS
+    assert set(config.CALL_FORMATS) == set(toolcall.FORMATS)

@@ -95,7 +95,8 @@ def test_missing_model_package_or_folder_is_a_user_error(monkeypatch: pytest.Mon
 
 def test_a_balanced_mix_shows_as_many_declines_as_calls_in_similarity_order(encoder: SentenceEncoder) -> None:
     """Irrelevance-style queries retrieve their own kind: the nearest neighbours of a query no tool fits all
-    decline. prompt.demo_mix=balanced takes the nearest declining and the nearest calling ones instead."""
+    decline. prompt.demo_mix=balanced takes the nearest declining and the nearest calling ones instead;
+    calling takes calling ones only, so that declining must come from the instructions and tools."""
     def bfcl(key: str, query: str, call_expected: bool | None) -> Example:
         gold = {} if call_expected is None else {"call_expected": call_expected}
         return Example(id=f"bfcl/x/{key}", dataset="bfcl", api="x", query=query, tools="", tool_names=("x",),
@@ -115,3 +116,7 @@ def test_a_balanced_mix_shows_as_many_declines_as_calls_in_similarity_order(enco
     with pytest.raises(UserError, match=r"demo_mix=balanced with k=8 needs 4 declining and 4 calling pool examples; "
                                         r"the pool has 3 and 3"):
         rank_demos([query], 8, encoder, pool=pool, mix="balanced")
+    calling_only = rank_demos([query], 3, encoder, pool=pool, mix="calling")["bfcl/x/q"]
+    assert sorted(calling_only) == ["bfcl/x/c1", "bfcl/x/c2", "bfcl/x/c3"] and calling_only[2] == "bfcl/x/c1"
+    with pytest.raises(UserError, match=r"demo_mix=calling with k=4 needs 0 declining and 4 calling pool examples"):
+        rank_demos([query], 4, encoder, pool=pool, mix="calling")

@@ -79,10 +79,13 @@ class PoolEncoder:
         return np.stack([rows[t] for t in texts]) if texts else self.encoder.encode([])
 
 
-#: ``prompt.demo_mix``: the k most similar pool examples, or as many declining (no tool fits: BFCL's
+#: ``prompt.demo_mix``: the k most similar pool examples; as many declining (no tool fits: BFCL's
 #: irrelevance replies) as calling ones among the most similar of each, so that the demonstrations do not
-#: answer "should a tool be called?" for the query (its nearest neighbours share its category).
-DEMO_MIXES = ("similar", "balanced")
+#: answer "should a tool be called?" for the query (its nearest neighbours share its category); or only
+#: calling ones, so that declining has to come from the instructions and the tools alone.
+DEMO_MIXES = ("similar", "balanced", "calling")
+#: declining / calling demonstrations each mix shows out of k (``similar``: no quota)
+MIX_QUOTAS = {"balanced": lambda k: {True: k // 2, False: k - k // 2}, "calling": lambda k: {True: 0, False: k}}
 
 
 def declines(example: Example) -> bool:
@@ -100,7 +103,7 @@ def rank_demos(
     id). Most similar first by cosine similarity; equal similarities go to the smaller
     id. Each distinct query text is encoded once, so equal texts tie exactly. ``mix="balanced"``:
     the k // 2 most similar declining pool examples and the k - k // 2 most similar others, in the
-    same order.
+    same order; ``mix="calling"``: the k most similar pool examples that call a tool.
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise UserError(f"number of demonstrations k={k!r}: expected a positive integer")
@@ -112,10 +115,10 @@ def rank_demos(
     vectors = encoder.encode(texts)
     similarity = vectors @ vectors[[row_of[e.query] for e in candidates]].T
     ids = [e.id for e in candidates]
-    quota = {True: k // 2, False: k - k // 2} if mix == "balanced" else None
+    quota = MIX_QUOTAS[mix](k) if mix in MIX_QUOTAS else None
     side = [declines(e) for e in candidates]
     if quota is not None and (sum(side) < quota[True] or len(side) - sum(side) < quota[False]):
-        raise UserError(f"prompt.demo_mix=balanced with k={k} needs {quota[True]} declining and {quota[False]} "
+        raise UserError(f"prompt.demo_mix={mix} with k={k} needs {quota[True]} declining and {quota[False]} "
                         f"calling pool examples; the pool has {sum(side)} and {len(side) - sum(side)}")
     ranking = {}
     for example in examples:
