@@ -1,18 +1,24 @@
-"""Abstention against a truth: how often an LLM calls a function when none fits, and whether its raw
-confidence says so, from a records file of BFCL's relevance categories (mixed with a call category).
+"""Abstention against a truth: how often an LLM calls a function when none fits, and whether its confidence
+says so, from a records file of BFCL's relevance categories (mixed with a call category).
 
-    python experiments/abstention/summarize.py experiments/records/bfcl-abstention-<llm>.jsonl.gz ...
+    python experiments/abstention/summarize.py experiments/records/bfcl-abstention-<llm>.jsonl.gz ... \
+        [--gate GATE_FOLDER ...]
 
 Per category: calls made (a parsed ``Action`` with JSON arguments, BFCL's "contains a function call"),
 accuracy by BFCL's labels; then, over the calls the model made, the AUROC with which raw confidence tells
 a call on a query that needs one (live_simple, live_relevance) from a call on a query no function fits
-(irrelevance, live_irrelevance): 0.5 is no signal. Torch-free: reads the records only.
+(irrelevance, live_irrelevance): 0.5 is no signal. With ``--gate`` (a gate folder saved by a holdout run on
+the same LLM, e.g. MICE RF on STE: `mice-exp` writes it under the run's artifacts), the gate's calibrated
+probability is scored the same way, and its decisions (execute a call when its probability passes the
+gate's tau) against BFCL's labels. Without a gate it reads the records only; a gate computes its feature
+view (BERTScore loads torch).
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,29 +28,70 @@ from mice_exp.metrics import auroc
 NO_CALL_FITS = ("irrelevance", "live_irrelevance")
 
 
-def summary(path: Path) -> str:
+def made_call(record: dict[str, Any]) -> bool:
+    return record["pred_api"] is not None and record["pred_args"] is not None
+
+
+def summary(path: Path, gates: dict[str, Any]) -> str:
     stage = read_records_file(path, "bfcl")
     records = stage.records
-    lines = [f"### {stage.info.get('llm', path.name)}: {len(records)} calls ({path.name})", "",
+    llm = stage.info.get("llm", path.name)
+    lines = [f"### {llm}: {len(records)} calls ({path.name})", "",
              "| category | calls | queries where it made a call | accuracy (BFCL's label) |", "|---|---|---|---|"]
     for category in sorted({r["api"] for r in records}):
         rows = [r for r in records if r["api"] == category]
-        called = np.mean([r["pred_api"] is not None and r["pred_args"] is not None for r in rows])
+        called = np.mean([made_call(r) for r in rows])
         lines.append(f"| {category} | {len(rows)} | {called:.2f} | {np.mean([r['label'] for r in rows]):.2f} |")
-    made = [r for r in records if r["pred_api"] is not None and r["pred_args"] is not None]
-    needed = np.array([r["api"] not in NO_CALL_FITS for r in made], dtype=int)
-    confidence = np.array([r["raw_confidence"] for r in made])
-    wrong_kind = len(made) - int(needed.sum())
-    if not 0 < needed.sum() < len(made):
-        lines += ["", f"It made {len(made)} calls, {wrong_kind} of them where no function fits: no AUROC to compute "
-                  "(it needs calls of both kinds)."]
-        return "\n".join(lines)
-    lines += ["", f"Of the {len(made)} calls it made, {wrong_kind} answer a query no function fits; raw confidence "
-              f"tells the others from them with AUROC {auroc(confidence, needed):.3f} (0.5: no signal); mean raw "
-              f"confidence {confidence[needed == 1].mean():.3f} where a call was needed, "
-              f"{confidence[needed == 0].mean():.3f} where none fits."]
+    made = np.array([made_call(r) for r in records])
+    needed = np.array([r["api"] not in NO_CALL_FITS for r in records], dtype=int)
+    scores = {"raw confidence": np.array([r["raw_confidence"] for r in records])}
+    gate = gates.get(llm)
+    if gate is not None:
+        scores[f"the gate ({gate.describe()})"] = gate.probabilities(gate.features(stage))
+    wrong_kind = int(made.sum() - needed[made].sum())
+    if not 0 < needed[made].sum() < made.sum():
+        lines += ["", f"It made {int(made.sum())} calls, {wrong_kind} of them where no function fits: no AUROC to "
+                  "compute (it needs calls of both kinds)."]
+    else:
+        lines += ["", f"Of the {int(made.sum())} calls it made, {wrong_kind} answer a query no function fits. "
+                  "How well each confidence tells the others from them (AUROC, 0.5: no signal), and its mean on each:",
+                  "", "| confidence | AUROC | mean where a call was needed | mean where none fits |", "|---|---|---|---|"]
+        for name, p in scores.items():
+            q, y = p[made], needed[made]
+            lines.append(f"| {name} | {auroc(q, y):.3f} | {q[y == 1].mean():.3f} | {q[y == 0].mean():.3f} |")
+    if gate is not None:
+        lines += ["", decisions(records, made, needed, scores[next(reversed(scores))], gate.tau)]
     return "\n".join(lines)
 
 
+def decisions(records: list[dict[str, Any]], made: np.ndarray, needed: np.ndarray, p: np.ndarray, tau: float) -> str:
+    """The gate's decisions against BFCL's labels: an executed call is right only where a call is needed and
+    the call is correct; where no function fits, executing anything is wrong."""
+    execute = made & (p > tau)
+    correct = np.array([r["label"] for r in records], dtype=bool)
+    rows = [("no function fits", needed == 0), ("a call is needed", needed == 1)]
+    lines = [f"The gate at its tau = {tau:g}:", "",
+             "| queries | n | LLM made a call | gate executes | executed and right | executed and wrong |",
+             "|---|---|---|---|---|---|"]
+    for name, where in rows:
+        right = execute & where & correct & (needed == 1)
+        lines.append(f"| {name} | {int(where.sum())} | {int((made & where).sum())} | {int((execute & where).sum())} "
+                     f"| {int(right.sum())} | {int((execute & where).sum() - right.sum())} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("records", nargs="+", type=Path, help="records files of dataset=bfcl_relevance")
+    parser.add_argument("--gate", nargs="*", default=[], type=Path, help="gate folders, matched to records by LLM")
+    args = parser.parse_args()
+    gates = {}
+    if args.gate:
+        from mice_exp.gate import Gate
+
+        gates = {gate.spec["llm"]["name"]: gate for gate in map(Gate.load, args.gate)}
+    print("\n\n".join(summary(path, gates) for path in args.records))
+
+
 if __name__ == "__main__":
-    print("\n\n".join(summary(Path(p)) for p in sys.argv[1:]))
+    main()
