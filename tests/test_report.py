@@ -350,7 +350,7 @@ def test_ablation_table_groups_rows_per_estimator(report):
     assert (a[[f"{m}_mark" for m in M]] == "").all().all()
 
 
-def test_csv_has_both_tables_and_fixed_columns(report, tmp_path):
+def test_csv_has_both_tables_and_fixed_columns(report, filled, tmp_path):
     paths = report.write(tmp_path)
     assert {p.name for p in paths} == {"results.md", "results.csv", "predictions.csv", "etcu_ste_llama3_8b_instruct.png",
                                        "etcu_ste_llama3_1_8b_instruct.png", LOAO_FILE}
@@ -373,6 +373,13 @@ def test_csv_has_both_tables_and_fixed_columns(report, tmp_path):
     assert rf["etcu_high_p_hre"].iloc[0] < 0.05  # the p-value behind the mark, published beside it
     long = pd.read_csv(tmp_path / "predictions.csv")
     assert long.groupby("row").size().min() == 60 and set(long.columns) >= {"id", "confidence", "label", "run_id"}
+    # every row of both tables, so an ablation cell is checkable from the file as a Table-1 cell is
+    assert long[["table", "llm", "row"]].drop_duplicates()["table"].value_counts().to_dict() == {"table1": 15,
+                                                                                              "ablation": 5}
+    half = long[(long["table"] == "ablation") & (long["row"] == "RF First Half Layers + Confidence")]
+    with Predictions(filled[0].client) as preds:
+        logged = preds(half["run_id"].iloc[0])
+    assert half["confidence"].tolist() == pytest.approx(logged["p_mice_rf"].tolist())  # its run's own predictions
 
 
 # ----------------------------------------------------------------------------- figures

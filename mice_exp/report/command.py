@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 ARTIFACT_DIR = "report"
 MARKDOWN_FILE = "results.md"
 CSV_FILE = "results.csv"
-PREDICTIONS_FILE = "predictions.csv"  # every Table-1 row's test predictions, one line per (row, call)
+PREDICTIONS_FILE = "predictions.csv"  # every Table-1 and ablation row's test predictions, one line per (row, call)
 REPORT_RUN_NAME = "report"
 
 
@@ -73,7 +73,7 @@ class Report:
     experiment_ids: list[str] = field(default_factory=list)
     n_jobs: int = 0  # FINISHED job runs read (tables and extra sections)
     paper_terms: pd.DataFrame = field(default_factory=pd.DataFrame)  # gains over raw / NWKR, euro, accuracy
-    predictions: pd.DataFrame = field(default_factory=pd.DataFrame)  # long: one line per (Table-1 row, call)
+    predictions: pd.DataFrame = field(default_factory=pd.DataFrame)  # long: one line per (table, row, call)
 
     @property
     def csv(self) -> pd.DataFrame:
@@ -150,7 +150,7 @@ def build_report(client, experiment: str | None = DEFAULT_EXPERIMENT, sweep: str
         with Predictions(client) as predictions:
             report.figures.update(plots.etcu_figures(table, predictions))
             report.table1 = add_intervals(report.table1, predictions)
-            report.predictions = long_predictions(report.table1, predictions)
+            report.predictions = long_predictions(pd.concat([report.table1, report.ablation]), predictions)
             report.paper_terms = paper_terms(report.predictions)
             report.ablation = add_intervals(report.ablation, predictions)
         panels = plots.loao_pairs(table)

@@ -19,12 +19,13 @@ import pandas as pd
 
 from mice_exp.metrics import auc_etcu, auc_euro, smece_rows
 from mice_exp.report.plots import PredictionsFn
-from mice_exp.report.tables import TABLE1
+from mice_exp.report.tables import ABLATION, TABLE1
 from mice_exp.tracking.schema import prediction_column
 
 TABLE = "paper_terms"
 REFERENCES = ("raw", "nwkr")
 RESAMPLES = 1000
+PREDICTION_TABLES = (TABLE1, ABLATION)  # the tables whose rows' predictions are published
 #: MICE Table 1 (Subramani et al., ../shared/papers/mice_for_cats.md): (smECE, low-risk ETCU, AUC-ETCU).
 PAPER_TABLE1 = {
     "Llama3-8B-Instruct": {"raw": (0.184, 0.351, 0.001), "nwkr": (0.039, 0.356, 0.118),
@@ -43,18 +44,20 @@ def implied_accuracy(etcu_low: float) -> float:
 
 
 def long_predictions(table: pd.DataFrame, predictions: PredictionsFn) -> pd.DataFrame:
-    """Every Table-1 row's test predictions: one line per (row, call) with its confidence and label."""
+    """Every row's test predictions, Table 1's and the feature ablation's (column ``table``): one line per
+    (row, call) with its confidence and label, so any cell can be re-checked without re-running."""
     frames = []
-    for row in table[table["table"] == TABLE1].itertuples():
+    for row in table[table["table"].isin(PREDICTION_TABLES)].itertuples():
         frame = predictions(row.run_id)
         column = prediction_column(row.estimator)
         if frame is None or column not in frame:
             continue
-        frames.append(pd.DataFrame({"dataset": row.dataset, "llm": row.llm, "row": row.row, "estimator": row.estimator,
-                                    "protocol": row.protocol, "features": row.features, "run_id": row.run_id,
-                                    "id": frame["id"], "api": frame["api"], "confidence": frame[column],
-                                    "label": frame["label"]}))
-    columns = ["dataset", "llm", "row", "estimator", "protocol", "features", "run_id", "id", "api", "confidence", "label"]
+        frames.append(pd.DataFrame({"table": row.table, "dataset": row.dataset, "llm": row.llm, "row": row.row,
+                                    "estimator": row.estimator, "protocol": row.protocol, "features": row.features,
+                                    "run_id": row.run_id, "id": frame["id"], "api": frame["api"],
+                                    "confidence": frame[column], "label": frame["label"]}))
+    columns = ["table", "dataset", "llm", "row", "estimator", "protocol", "features", "run_id", "id", "api",
+               "confidence", "label"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
@@ -79,6 +82,7 @@ def paper_terms(long: pd.DataFrame, n_resamples: int = RESAMPLES, seed: int = 0)
     the gains over raw confidence and NWKR with their 95% paired bootstrap intervals (NaN where a row's
     predictions do not cover its block's test calls)."""
     out = []
+    long = long[long["table"] == TABLE1]
     for (dataset, llm), block in long.groupby(["dataset", "llm"], sort=True):
         ids, draws = _draws(block, n_resamples, seed)
         scored: dict[tuple, dict[str, np.ndarray]] = {}
