@@ -55,13 +55,23 @@ def summary(path: Path, gates: dict[str, Any]) -> str:
     else:
         lines += ["", f"Of the {int(made.sum())} calls it made, {wrong_kind} answer a query no function fits. "
                   "How well each confidence tells the others from them (AUROC, 0.5: no signal), and its mean on each:",
-                  "", "| confidence | AUROC | mean where a call was needed | mean where none fits |", "|---|---|---|---|"]
+                  "", "| confidence | AUROC [95% bootstrap] | mean where a call was needed | mean where none fits |",
+                  "|---|---|---|---|"]
         for name, p in scores.items():
             q, y = p[made], needed[made]
-            lines.append(f"| {name} | {auroc(q, y):.3f} | {q[y == 1].mean():.3f} | {q[y == 0].mean():.3f} |")
+            low, high = auroc_interval(q, y)
+            lines.append(f"| {name} | {auroc(q, y):.3f} [{low:.3f}, {high:.3f}] | {q[y == 1].mean():.3f} | "
+                         f"{q[y == 0].mean():.3f} |")
     if gate is not None:
         lines += ["", decisions(records, made, needed, scores[next(reversed(scores))], gate.tau)]
     return "\n".join(lines)
+
+
+def auroc_interval(p: np.ndarray, y: np.ndarray, n_resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the AUROC over the calls (resamples with one class skipped)."""
+    draws = np.random.default_rng(seed).integers(0, len(y), size=(n_resamples, len(y)))
+    values = [auroc(p[d], y[d]) for d in draws if 0 < y[d].sum() < len(d)]
+    return tuple(np.percentile(values, [2.5, 97.5]))
 
 
 def decisions(records: list[dict[str, Any]], made: np.ndarray, needed: np.ndarray, p: np.ndarray, tau: float) -> str:
