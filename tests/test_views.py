@@ -80,3 +80,25 @@ def test_a_view_says_what_it_reads_so_the_config_check_can_refuse_what_is_missin
     assert BertScoreView(sources=["p_true"]).needs() == Needs.of(sources=["p_true"], record_fields=["layer_strings"])
     assert MeanPoolView().needs() == Needs.of(arrays=["mean_pool"])
     assert MeanPoolView(layers="none").needs() == Needs()  # conf_only-like: no layer is read
+
+
+
+def test_a_gates_bertscore_view_scores_a_batch_of_queries_once(monkeypatch, tmp_path):
+    """A gate's view keeps no cache: BERTScore (the costly part of its features) runs once per batch, and the
+    per-layer scores that only a run's figures use are left out; a run's view reads them back from its cache."""
+    from mice_exp.features import bertscore, transform_features
+
+    calls = []
+
+    def fake_matrix(records, encoder):
+        calls.append(len(records))
+        return np.linspace(0.1, 0.9, len(records) * 3).reshape(len(records), 3)
+
+    monkeypatch.setattr(bertscore, "bertscore_matrix", fake_matrix)
+    out = stage(layers=4)
+    fs = transform_features(BertScoreView().fit(out), out)  # cache_dir None, as a gate sets it
+    assert calls == [20] and fs.X.shape == (20, 4) and fs.layer_scores is None
+    calls.clear()
+    fs = transform_features(BertScoreView(cache_dir=tmp_path).fit(out), out)
+    assert calls == [20] and fs.layer_scores.shape == (20, 3)
+    np.testing.assert_array_equal(fs.layer_scores, fs.X[:, :3])

@@ -115,7 +115,10 @@ def transform_features(view: Any, stage: StageOutput, sources: Mapping[str, np.n
     if X.shape[1] == 0:
         raise UserError(f"features.layers={view.layers!r} with features.confidence={str(view.confidence).lower()} "
                         "selects no column; expected at least one feature")
-    scores = view.scores(stage) if view.view == "bertscore" and view.layers_ else None  # for the figures (cached)
+    # the per-layer scores for a run's figures, read back from the cache the transform filled; a gate's view
+    # (no cache) would compute every BERTScore a second time for a figure it never draws
+    cached = view.view == "bertscore" and view.layers_ and view.cache_dir is not None
+    scores = view.scores(stage) if cached else None
     return FeatureSet(ids=[r["id"] for r in records], apis=np.array([r["api"] for r in records]),
                       splits=np.array([r["split"] for r in records]), labels=np.array([r["label"] for r in records]),
                       confidence=np.array([r["raw_confidence"] for r in records]), X=X, columns=columns,
