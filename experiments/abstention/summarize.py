@@ -22,14 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from mice_exp.data.bfcl import RELEVANCE_CATEGORIES
+from mice_exp.data.labels import made_call
 from mice_exp.llm.records import read_records_file
 from mice_exp.metrics import auroc
+from mice_exp.metrics.bootstrap import bootstrap_intervals
 
-NO_CALL_FITS = ("irrelevance", "live_irrelevance")
-
-
-def made_call(record: dict[str, Any]) -> bool:
-    return record["pred_api"] is not None and record["pred_args"] is not None
+NO_CALL_FITS = tuple(category for category, expected in RELEVANCE_CATEGORIES.items() if not expected)
 
 
 def summary(path: Path, gates: dict[str, Any]) -> str:
@@ -40,14 +39,15 @@ def summary(path: Path, gates: dict[str, Any]) -> str:
              "| category | calls | queries where it made a call | accuracy (BFCL's label) |", "|---|---|---|---|"]
     for category in sorted({r["api"] for r in records}):
         rows = [r for r in records if r["api"] == category]
-        called = np.mean([made_call(r) for r in rows])
+        called = np.mean([made_call(r["pred_api"], r["pred_args"]) for r in rows])
         lines.append(f"| {category} | {len(rows)} | {called:.2f} | {np.mean([r['label'] for r in rows]):.2f} |")
-    made = np.array([made_call(r) for r in records])
+    made = np.array([made_call(r["pred_api"], r["pred_args"]) for r in records])
     needed = np.array([r["api"] not in NO_CALL_FITS for r in records], dtype=int)
     scores = {"raw confidence": np.array([r["raw_confidence"] for r in records])}
     gate = gates.get(llm)
     if gate is not None:
-        scores[f"the gate ({gate.describe()})"] = gate.probabilities(gate.features(stage))
+        gate_p = gate.probabilities(gate.features(stage))
+        scores[f"the gate ({gate.describe()})"] = gate_p
     wrong_kind = int(made.sum() - needed[made].sum())
     if not 0 < needed[made].sum() < made.sum():
         lines += ["", f"It made {int(made.sum())} calls, {wrong_kind} of them where no function fits: no AUROC to "
@@ -59,19 +59,12 @@ def summary(path: Path, gates: dict[str, Any]) -> str:
                   "|---|---|---|---|"]
         for name, p in scores.items():
             q, y = p[made], needed[made]
-            low, high = auroc_interval(q, y)
+            low, high = bootstrap_intervals(q, y, {"auroc": auroc}, n_resamples=1000)["auroc"]
             lines.append(f"| {name} | {auroc(q, y):.3f} [{low:.3f}, {high:.3f}] | {q[y == 1].mean():.3f} | "
                          f"{q[y == 0].mean():.3f} |")
     if gate is not None:
-        lines += ["", decisions(records, made, needed, scores[next(reversed(scores))], gate.tau)]
+        lines += ["", decisions(records, made, needed, gate_p, gate.tau)]
     return "\n".join(lines)
-
-
-def auroc_interval(p: np.ndarray, y: np.ndarray, n_resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the AUROC over the calls (resamples with one class skipped)."""
-    draws = np.random.default_rng(seed).integers(0, len(y), size=(n_resamples, len(y)))
-    values = [auroc(p[d], y[d]) for d in draws if 0 < y[d].sum() < len(d)]
-    return tuple(np.percentile(values, [2.5, 97.5]))
 
 
 def decisions(records: list[dict[str, Any]], made: np.ndarray, needed: np.ndarray, p: np.ndarray, tau: float) -> str:

@@ -19,7 +19,7 @@ def is_correct(example: Example, api: str | None, args: dict[str, Any] | None) -
     arguments: irrelevance is right iff none did, live_relevance iff one did (BFCL's
     ``relevance_file_runner``, see :mod:`mice_exp.data.bfcl`).
     """
-    called = api is not None and args is not None
+    called = made_call(api, args)
     if (expected := call_expected(example)) is not None:
         return called == expected
     if not called:
@@ -29,6 +29,12 @@ def is_correct(example: Example, api: str | None, args: dict[str, Any] | None) -
     if example.dataset in ("ste", "jsonl"):
         return api == example.gold["action"] and json_equal(args, example.gold["action_input"])
     raise ValueError(f"no labeler for dataset {example.dataset!r} (example {example.id})")
+
+
+def made_call(api: str | None, args: dict[str, Any] | None) -> bool:
+    """Whether a generation holds a call: a parsed name with parsed arguments (BFCL's "contains a function
+    call"; an unparseable reply is no call)."""
+    return api is not None and args is not None
 
 
 def call_expected(example: Example) -> bool | None:
