@@ -36,7 +36,7 @@ def summary(path: Path, gates: dict[str, Any]) -> str:
     records = stage.records
     llm = stage.info.get("llm", path.name)
     lines = [f"### {llm}: {len(records)} calls ({path.name})", "",
-             "| category | calls | queries where it made a call | accuracy (BFCL's label) |", "|---|---|---|---|"]
+             "| category | calls | queries where it made a call | accuracy (BFCL's label) |", "|---|---:|---:|---:|"]
     for category in sorted({r["api"] for r in records}):
         rows = [r for r in records if r["api"] == category]
         called = np.mean([made_call(r["pred_api"], r["pred_args"]) for r in rows])
@@ -56,7 +56,7 @@ def summary(path: Path, gates: dict[str, Any]) -> str:
         lines += ["", f"Of the {int(made.sum())} calls it made, {wrong_kind} answer a query no function fits. "
                   "How well each confidence tells the others from them (AUROC, 0.5: no signal), and its mean on each:",
                   "", "| confidence | AUROC [95% bootstrap] | mean where a call was needed | mean where none fits |",
-                  "|---|---|---|---|"]
+                  "|---|---|---:|---:|"]
         for name, p in scores.items():
             q, y = p[made], needed[made]
             low, high = bootstrap_intervals(q, y, {"auroc": auroc}, n_resamples=1000)["auroc"]
@@ -75,7 +75,7 @@ def decisions(records: list[dict[str, Any]], made: np.ndarray, needed: np.ndarra
     rows = [("no function fits", needed == 0), ("a call is needed", needed == 1)]
     lines = [f"The gate at its tau = {tau:g}:", "",
              "| queries | n | LLM made a call | gate executes | executed and right | executed and wrong |",
-             "|---|---|---|---|---|---|"]
+             "|---|---:|---:|---:|---:|---:|"]
     for name, where in rows:
         right = execute & where & correct & (needed == 1)
         lines.append(f"| {name} | {int(where.sum())} | {int((made & where).sum())} | {int((execute & where).sum())} "

@@ -1,0 +1,70 @@
+"""The scripts under experiments/ print what their READMEs publish: each is run on the committed records or
+results and every line it prints for a published table must be in the README verbatim."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from scipy.stats import binomtest
+
+from mice_exp.paths import PACKAGE_ROOT
+
+EXPERIMENTS = PACKAGE_ROOT / "experiments"
+RECORDS = EXPERIMENTS / "records"
+
+
+def script(relative: str) -> ModuleType:
+    """An experiments/ script as a module (the folder is not a package: the scripts are run by path)."""
+    path = EXPERIMENTS / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def missing_from(readme: str, printed: str) -> list[str]:
+    text = (EXPERIMENTS / readme).read_text()
+    return [line for line in printed.splitlines() if line.startswith("|") and line not in text]
+
+
+@pytest.mark.parametrize("llm", ["smollm2_135m", "gemma3_270m"])
+def test_abstention_summary_is_the_published_one(llm: str) -> None:
+    summarize = script("abstention/summarize.py")
+    printed = summarize.summary(RECORDS / f"bfcl-abstention-4shot-calling-first20-{llm}.jsonl.gz", gates={})
+    assert "| raw confidence |" in printed
+    assert missing_from("abstention/README.md", printed) == []
+
+
+def test_abstention_gate_decisions_count_any_call_where_none_fits_as_wrong() -> None:
+    import numpy as np
+
+    decisions = script("abstention/summarize.py").decisions
+    records = [{"label": 1}, {"label": 0}, {"label": 0}, {"label": 0}]
+    made = np.array([True, True, True, False])
+    needed = np.array([1, 1, 0, 0])
+    table = decisions(records, made, needed, p=np.array([0.9, 0.9, 0.9, 0.9]), tau=0.5)
+    assert "| no function fits | 2 | 1 | 1 | 0 | 1 |" in table
+    assert "| a call is needed | 2 | 2 | 2 | 1 | 1 |" in table
+
+
+def test_format_comparison_is_the_published_one() -> None:
+    formats = script("bfcl/formats.py")
+    paths = sorted(str(p) for p in RECORDS.glob("bfcl-live_simple-first64-*.jsonl.gz"))
+    assert len(paths) == 4
+    assert missing_from("bfcl/README.md", formats.main(paths)) == []
+
+
+@pytest.mark.parametrize("a,b", [(0, 0), (1, 2), (3, 2), (0, 9), (7, 1), (12, 30)])
+def test_sign_test_is_the_exact_binomial_test(a: int, b: int) -> None:
+    expected = 1.0 if a + b == 0 else binomtest(a, a + b, 0.5).pvalue
+    assert script("bfcl/formats.py").sign_test(a, b) == pytest.approx(expected, rel=1e-12)
+
+
+def test_pool_comparison_is_the_published_one() -> None:
+    table1 = EXPERIMENTS / "table1"
+    printed = script("pool_comparison.py").side_by_side(table1 / "pool-all" / "results.csv", table1 / "results.csv")
+    assert printed.count("\n| ") >= 14  # seven Table-1 rows for each of the two LLMs
+    assert missing_from("table1/README.md", printed) == []
