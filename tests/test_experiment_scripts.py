@@ -68,3 +68,10 @@ def test_pool_comparison_is_the_published_one() -> None:
     printed = script("pool_comparison.py").side_by_side(table1 / "pool-all" / "results.csv", table1 / "results.csv")
     assert printed.count("\n| ") >= 14  # seven Table-1 rows for each of the two LLMs
     assert missing_from("table1/README.md", printed) == []
+
+
+@pytest.mark.parametrize("preset", ["table2_ablation", "risk_sweep", "loao", "field", "action_belief"])
+def test_each_preset_readme_quotes_its_gains_on_the_paper_terms(preset: str) -> None:
+    printed = script("pool_comparison.py").gains(EXPERIMENTS / preset / "results.csv")
+    assert "| smollm2_135m | MICE RF |" in printed and "| gemma3_270m | NWKR |" in printed
+    assert missing_from(f"{preset}/README.md", printed) == []
