@@ -524,6 +524,9 @@ def test_the_report_adds_the_risk_sweep_action_belief_field_and_sample_efficienc
     table = pd.DataFrame({"estimator": ["mice_rf", "mice_rf"], "size": [25, 50], "n_groups": [4, 2], "trials": [3, 3],
                           "mean": [0.1, 0.2], "var": [0.01, 0.0025], "std": [0.1, 0.05]})
     fresh.client.log_text(se, table.to_csv(index=False), "sample_efficiency.csv")
+    fits = pd.DataFrame({"estimator": "mice_rf", "size": 25, "trial": [0, 0], "group": [0, 1], "auc_etcu": [0.1, 0.2],
+                         "fallback": False})
+    fresh.client.log_text(se, fits.to_csv(index=False), "sample_efficiency_fits.csv")
 
     report = command.build_report(fresh.client, EXPERIMENT)
     text = report.markdown
@@ -536,6 +539,8 @@ def test_the_report_adds_the_risk_sweep_action_belief_field_and_sample_efficienc
     written = {p.name for p in report.write(tmp_path / "out")}
     assert {"risk_sweep_llama3_8b_instruct.png", "sample_efficiency_llama3_8b_instruct.png"} <= written
     assert set(report.csv["table"]) >= {"risk_sweep", "action_belief", "field", "sample_efficiency"}
+    published = pd.read_csv(tmp_path / "out" / "sample_efficiency_fits.csv.gz")
+    assert published["auc_etcu"].tolist() == [0.1, 0.2] and set(published["llm"]) == {"Llama3-8B-Instruct"}
 
 
 def test_a_sweep_report_includes_the_runs_its_skipped_jobs_reused(fresh):

@@ -184,6 +184,18 @@ def test_the_protocol_object_builds_its_estimators_from_the_composed_baselines(f
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["HRE", "MICE LR"]
 
 
+def test_the_protocol_logs_every_fit_behind_its_table(fs):
+    """The fits are what a reader needs to re-check a mean or a crossing without refitting."""
+    from mice_exp.protocols import SampleEfficiency
+    from mice_exp.protocols.sample_efficiency import summarise
+    from mice_exp.tracking.schema import SAMPLE_EFFICIENCY_CSV, SAMPLE_EFFICIENCY_FITS_CSV
+
+    outcome = SampleEfficiency(sizes=[15, 30], trials=3, n_jobs=1, estimators=["hre"]).run(study(), fs)
+    fits = outcome.tables[SAMPLE_EFFICIENCY_FITS_CSV]
+    assert len(fits) == 3 * sum(int(fs.rows("train").sum()) // size for size in (15, 30))
+    pd.testing.assert_frame_equal(summarise(fits), outcome.tables[SAMPLE_EFFICIENCY_CSV])
+
+
 def test_a_baseline_override_reaches_the_sample_efficiency_estimators(fs):
     from mice_exp.protocols import SampleEfficiency
 

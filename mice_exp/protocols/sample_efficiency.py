@@ -64,7 +64,7 @@ from mice_exp.estimators.base import FallbackWarning
 from mice_exp.estimators.blocks import column_names, named
 from mice_exp.metrics import auc_etcu
 from mice_exp.protocols.base import Outcome, Protocol, inputs
-from mice_exp.tracking.schema import SAMPLE_EFFICIENCY_CSV, SAMPLE_EFFICIENCY_FIGURE
+from mice_exp.tracking.schema import SAMPLE_EFFICIENCY_CSV, SAMPLE_EFFICIENCY_FIGURE, SAMPLE_EFFICIENCY_FITS_CSV
 
 if TYPE_CHECKING:  # annotations only
     from mice_exp.estimation import Study
@@ -313,11 +313,13 @@ class SampleEfficiency(Protocol):
         self.estimators = estimators
 
     def run(self, study: Study, fs: FeatureSet) -> Outcome:
-        """The table (logged as ``sample_efficiency.csv``) and its figure; no Table-1 rows."""
+        """The table (logged as ``sample_efficiency.csv``), every fit behind it (``sample_efficiency_fits.csv``,
+        so a mean or a crossing can be re-checked without refitting) and the figure; no Table-1 rows."""
         candidates = [study.candidate(key, "protocol.estimators") for key in self.estimators]
-        table = sample_efficiency({c.key: c.estimator for c in candidates}, fs, sizes=self.sizes,
-                                  trials=int(self.trials), seed=study.seed, n_jobs=self.n_jobs,
-                                  sources={c.key: c.source for c in candidates})
+        fits = sample_efficiency_scores({c.key: c.estimator for c in candidates}, fs, sizes=self.sizes,
+                                        trials=int(self.trials), seed=study.seed, n_jobs=self.n_jobs,
+                                        sources={c.key: c.source for c in candidates})
+        table = summarise(fits)
         figure = sample_efficiency_figure(table, labels={c.key: c.name for c in candidates}, title=study.llm)
-        return Outcome(text=table.to_string(), tables={SAMPLE_EFFICIENCY_CSV: table},
+        return Outcome(text=table.to_string(), tables={SAMPLE_EFFICIENCY_CSV: table, SAMPLE_EFFICIENCY_FITS_CSV: fits},
                        figures={SAMPLE_EFFICIENCY_FIGURE: figure})

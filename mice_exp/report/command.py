@@ -124,6 +124,11 @@ class Report:
         for name, fig in self.all_figures().items():
             fig.savefig(folder / name, dpi=150, bbox_inches="tight")
             written.append(folder / name)
+        for section in self.extras:
+            for name, frame in section.files.items():
+                gzip = {"method": "gzip", "mtime": 0} if name.endswith(".gz") else None  # same rows, same bytes
+                frame.to_csv(folder / name, index=False, compression=gzip)
+                written.append(folder / name)
         return written
 
 

@@ -31,6 +31,7 @@ from mice_exp.tracking.schema import (
     RISK_TAG,
     SPAN_CONFIDENCES,
     SAMPLE_EFFICIENCY_CSV,
+    SAMPLE_EFFICIENCY_FITS_CSV,
     action_belief_key,
     agent_key,
     baseline_key,
@@ -43,11 +44,13 @@ from mice_exp.tracking.schema import (
 
 @dataclass
 class Section:
-    """One Markdown section, its rows for results.csv (column ``table``) and its figures."""
+    """One Markdown section, its rows for results.csv (column ``table``), its figures and the tables it
+    publishes beside them (file name -> rows)."""
 
     markdown: str
     frame: pd.DataFrame
     figures: dict[str, Figure] = field(default_factory=dict)
+    files: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
 def _latest(runs: Sequence[Any], key) -> list[Any]:
@@ -92,14 +95,17 @@ def _names(runs: Sequence[Any]) -> dict[str, str]:
     return {run.data.tags.get("estimator", ""): run.data.params.get("estimator.name", "") for run in runs}
 
 
+FITS_FILE = "sample_efficiency_fits.csv.gz"  # the report's copy of every run's fits, one file
+
+
 def sample_efficiency(client, runs: Sequence[Any]) -> Section | None:
     """Mean (± std over groups and trials) AUC-ETCU per training size, per LLM."""
     from mice_exp.protocols.sample_efficiency import sample_efficiency_figure
 
     chosen = _latest([r for r in runs if r.data.tags.get("protocol") == "sample_efficiency"],
                      lambda r: (r.data.tags.get("llm"), r.data.tags.get("dataset"), r.data.tags.get("features")))
-    parts, frames, figures = [], [], {}
-    with Predictions(client, SAMPLE_EFFICIENCY_CSV) as tables:
+    parts, frames, fits, figures = [], [], [], {}
+    with Predictions(client, SAMPLE_EFFICIENCY_CSV) as tables, Predictions(client, SAMPLE_EFFICIENCY_FITS_CSV) as scores:
         for run in chosen:
             table = tables(run.info.run_id)
             if table is None:
@@ -107,6 +113,8 @@ def sample_efficiency(client, runs: Sequence[Any]) -> Section | None:
             llm = run.data.params.get("llm.display", run.data.tags.get("llm", ""))
             table = table.assign(llm=llm, run_id=run.info.run_id)
             frames.append(table)
+            if (fitted := scores(run.info.run_id)) is not None:  # runs before 2026-11-26 logged the table only
+                fits.append(fitted.assign(llm=llm, run_id=run.info.run_id))
             cells = table.assign(cell=[f"{m:.3f} ± {s:.3f}" for m, s in zip(table["mean"], table["std"])])
             wide = _in_table_order(cells.pivot(index="estimator", columns="size", values="cell").reset_index())
             wide["estimator"] = [_name(k, {}) for k in wide["estimator"]]
@@ -119,7 +127,11 @@ def sample_efficiency(client, runs: Sequence[Any]) -> Section | None:
     body = ("## Sample efficiency (MICE Figure 7)\n\nAUC-ETCU on the test split against the training-set size: "
             "mean ± one standard deviation over disjoint training groups of that size and trials.\n\n"
             + "\n\n".join(parts))
-    return Section(body, pd.concat(frames, ignore_index=True).assign(table="sample_efficiency"), figures)
+    files = {FITS_FILE: pd.concat(fits, ignore_index=True)} if fits else {}
+    if files:
+        body += (f"\n\nEvery fit behind these cells (estimator, size, trial, group, test AUC-ETCU, fallback): "
+                 f"`{FITS_FILE}`.")
+    return Section(body, pd.concat(frames, ignore_index=True).assign(table="sample_efficiency"), figures, files)
 
 
 def _baselines(metrics: dict[str, float]) -> list[tuple[str, str, float]]:

@@ -84,6 +84,8 @@ def agent_key(statistic: str) -> str:
 #: Test predictions: columns ``id``, ``api``, ``label`` and one :func:`prediction_column` per row.
 PREDICTIONS = "predictions.csv"
 SAMPLE_EFFICIENCY_CSV = "sample_efficiency.csv"
+#: Every (estimator, size, trial, group) fit behind the sample-efficiency table: its test AUC-ETCU.
+SAMPLE_EFFICIENCY_FITS_CSV = "sample_efficiency_fits.csv"
 RELIABILITY_FIGURE = "figures/reliability.png"
 ETCU_FIGURE = "figures/etcu_curve.png"
 RISK_COVERAGE_FIGURE = "figures/risk_coverage.png"
