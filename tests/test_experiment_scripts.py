@@ -75,3 +75,16 @@ def test_each_preset_readme_quotes_its_gains_on_the_paper_terms(preset: str) -> 
     printed = script("pool_comparison.py").gains(EXPERIMENTS / preset / "results.csv")
     assert "| smollm2_135m | MICE RF |" in printed and "| gemma3_270m | NWKR |" in printed
     assert missing_from(f"{preset}/README.md", printed) == []
+
+
+def test_the_published_sample_efficiency_fits_give_its_table() -> None:
+    import pandas as pd
+
+    from mice_exp.protocols.sample_efficiency import TABLE_COLUMNS, summarise
+
+    folder = EXPERIMENTS / "sample_efficiency"
+    fits, table = pd.read_csv(folder / "sample_efficiency_fits.csv.gz"), pd.read_csv(folder / "results.csv")
+    for llm, own in fits.groupby("llm"):
+        published = table[table["llm"] == llm][TABLE_COLUMNS].reset_index(drop=True)
+        recomputed = summarise(own.drop(columns=["llm", "run_id"]))
+        pd.testing.assert_frame_equal(recomputed, published, check_dtype=False, rtol=1e-12)
