@@ -16,7 +16,6 @@ from mice_exp.features import FeatureSet
 from mice_exp.protocols.sample_efficiency import (
     TABLE_COLUMNS,
     partitions,
-    sample_efficiency,
     sample_efficiency_figure,
     sample_efficiency_scores,
     summarise,
@@ -101,7 +100,8 @@ def test_parallel_equals_sequential(fs, sequential):
 
 def test_oversize_is_skipped_with_a_warning(fs):
     with pytest.warns(UserWarning, match=r"skipping sizes \[500\]"):
-        table = sample_efficiency({"hre": HistogramRegression()}, fs, sizes=(30, 500), trials=2, n_jobs=1)
+        table = summarise(sample_efficiency_scores({"hre": HistogramRegression()}, fs, sizes=(30, 500), trials=2,
+                                                   n_jobs=1))
     assert table["size"].tolist() == [30]
 
 
@@ -109,14 +109,15 @@ def test_sizes_all_larger_than_the_training_split_fail_instead_of_an_empty_table
     from mice_exp.errors import UserError
 
     with pytest.raises(UserError, match=r"every size is larger than the \d+ training rows"):
-        sample_efficiency({"hre": HistogramRegression()}, fs, sizes=(500, 750), trials=2, n_jobs=1)
+        sample_efficiency_scores({"hre": HistogramRegression()}, fs, sizes=(500, 750), trials=2, n_jobs=1)
 
 
 def test_single_class_groups_fall_back_silently():
     fs = feature_set(accuracy=0.95, seed=3)
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
-        table = sample_efficiency({"mice_lr": MiceLogisticRegression()}, fs, sizes=(3, 30), trials=5, n_jobs=1)
+        table = summarise(sample_efficiency_scores({"mice_lr": MiceLogisticRegression()}, fs, sizes=(3, 30), trials=5,
+                                                   n_jobs=1))
     rate = table.set_index("size")["fallback_rate"]
     assert rate[3] > 0 and rate[30] == 0
 
@@ -143,15 +144,16 @@ def test_a_calibrator_reads_its_confidence_source(fs):
     noise = np.random.default_rng(5).random(len(fs.ids))  # an uninformative "p_true"
     flipped = FeatureSet(**{**fs.__dict__, "sources": {"p_true": noise}})
     kwargs = dict(sizes=(30,), trials=2, n_jobs=1)
-    raw = sample_efficiency({"hre": HistogramRegression()}, flipped, **kwargs)
-    assert raw.equals(sample_efficiency({"hre": HistogramRegression()}, fs, **kwargs))
-    other = sample_efficiency({"hre": HistogramRegression()}, flipped, sources={"hre": "p_true"}, **kwargs)
+    raw = summarise(sample_efficiency_scores({"hre": HistogramRegression()}, flipped, **kwargs))
+    assert raw.equals(summarise(sample_efficiency_scores({"hre": HistogramRegression()}, fs, **kwargs)))
+    other = summarise(sample_efficiency_scores({"hre": HistogramRegression()}, flipped, sources={"hre": "p_true"},
+                                               **kwargs))
     assert not np.isclose(other["mean"].iloc[0], raw["mean"].iloc[0])
 
 
 def test_caller_estimators_are_not_modified(fs):
     rf = MiceRandomForest(n_estimators=4, max_depth=3, max_features=3, n_jobs=-1)
-    sample_efficiency({"mice_rf": rf}, fs, sizes=(30,), trials=1, n_jobs=1)
+    sample_efficiency_scores({"mice_rf": rf}, fs, sizes=(30,), trials=1, n_jobs=1)
     assert rf.n_jobs == -1 and not hasattr(rf, "model_")
 
 
@@ -234,5 +236,5 @@ def test_estimators_share_an_input_matrix_only_when_their_inputs_are_identical(f
     assert input_slot(inputs(field, fs)) != input_slot(inputs(calibrator, fs))
     assert input_slot(inputs(calibrator, fs)) == input_slot(inputs(HistogramRegression(), fs))
     FieldLike.widths = []
-    sample_efficiency({"hre": calibrator, "field": field}, fs, sizes=(30,), trials=1, n_jobs=1)
+    sample_efficiency_scores({"hre": calibrator, "field": field}, fs, sizes=(30,), trials=1, n_jobs=1)
     assert FieldLike.widths == [1 + fs.X.shape[1]] * 2  # 2 groups of 30; never HRE's single column

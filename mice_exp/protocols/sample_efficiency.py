@@ -166,9 +166,11 @@ def sample_efficiency_scores(
     n_jobs: int | None = -1,
     sources: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
-    """One row per (estimator, size, trial, group): the test AUC-ETCU and whether the fit fell back.
+    """One row per (estimator, size, trial, group): the test AUC-ETCU and whether the fit fell back
+    (:func:`summarise` makes the table of MICE Figure 7 from them).
 
-    ``n_jobs``: joblib worker processes (-1 = all cores); 1 (or None) runs the plain sequential
+    ``estimators`` maps a key (e.g. "mice_rf") to an unfitted mice_exp estimator; each is cloned, never
+    modified. ``n_jobs``: joblib worker processes (-1 = all cores); 1 (or None) runs the plain sequential
     loop in this process. Either way the scores are identical. ``sources`` maps an estimator key
     to the confidence source its calibrator reads (as ``estimator.source`` does for holdout;
     default "raw"); every estimator reads what :func:`mice_exp.protocols.inputs` routes to it (a
@@ -245,24 +247,6 @@ def summarise(scores: pd.DataFrame) -> pd.DataFrame:
                     "std_source": "groups" if n_groups > 1 else "trials",
                     "sd_trial_means": float(spread), "fallback_rate": float(fell)})
     return pd.DataFrame(out, columns=TABLE_COLUMNS)
-
-
-def sample_efficiency(
-    estimators: Mapping[str, Any],
-    fs: FeatureSet,
-    sizes: Sequence[int] = PAPER_SIZES,
-    trials: int = PAPER_TRIALS,
-    seed: int = 0,
-    n_jobs: int | None = -1,
-    sources: Mapping[str, str] | None = None,
-) -> pd.DataFrame:
-    """MICE §6 sample-efficiency table: one row per estimator and size (see the module docstring).
-
-    ``estimators`` maps a key (e.g. "mice_rf") to an unfitted mice_exp estimator; each is cloned,
-    never modified. ``fs`` supplies the training rows that are partitioned and the test rows
-    that are scored. ``n_jobs`` = 1 runs sequentially; any value gives the same table.
-    """
-    return summarise(sample_efficiency_scores(estimators, fs, sizes, trials, seed, n_jobs, sources))
 
 
 def sample_efficiency_figure(

@@ -105,7 +105,8 @@ def sample_efficiency(client, runs: Sequence[Any]) -> Section | None:
     chosen = _latest([r for r in runs if r.data.tags.get("protocol") == "sample_efficiency"],
                      lambda r: (r.data.tags.get("llm"), r.data.tags.get("dataset"), r.data.tags.get("features")))
     parts, frames, fits, figures = [], [], [], {}
-    with Predictions(client, SAMPLE_EFFICIENCY_CSV) as tables, Predictions(client, SAMPLE_EFFICIENCY_FITS_CSV) as scores:
+    with (Predictions(client, SAMPLE_EFFICIENCY_CSV) as tables,
+          Predictions(client, SAMPLE_EFFICIENCY_FITS_CSV) as scores):
         for run in chosen:
             table = tables(run.info.run_id)
             if table is None:
