@@ -11,7 +11,7 @@ $(PY):
 # Reinstalls only when pyproject.toml, the lock or the asset list change; the lock pins every package
 # to the version CI passed with, so a fresh machine installs what was tested.
 $(STAMP): pyproject.toml requirements.lock requirements-assets.txt | $(PY)
-	$(PY) -m pip install -q -c requirements.lock -e '.[test]'
+	$(PY) -m pip install -q -c requirements.lock -e '.[test,hosts]'
 	$(PY) -m pip install -q --no-deps -r requirements-assets.txt
 	touch $(STAMP)
 
@@ -34,7 +34,7 @@ ui: $(STAMP)
 # (then make test, and commit the lock if it passes).
 lock:
 	rm -rf .lock-venv && python3 -m venv .lock-venv && .lock-venv/bin/pip install -q --upgrade pip
-	.lock-venv/bin/pip install -q -e '.[test]'
+	.lock-venv/bin/pip install -q -e '.[test,hosts]'
 	{ sed -n '1,2p' requirements.lock; .lock-venv/bin/pip freeze --exclude-editable | sed 's/+cpu$$//'; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock && rm -rf .lock-venv
 
