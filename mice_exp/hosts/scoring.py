@@ -1,0 +1,130 @@
+"""What a host hands the gate, and what it gets back.
+
+A host (an agent framework) has the conversation, the tools and the calls its own model proposed; the gate
+scores those calls, it does not make its own. Both hosts convert their messages and tools to OpenAI's chat
+shapes and ask a :class:`Scorer` for one :class:`Verdict` per call, either in-process (a loaded
+:class:`mice_exp.gate.Gate`, through ``Gate.score_batch``) or over HTTP (``POST /v1/tool_calls/check`` on
+``mice-exp serve``). Torch-free: the HTTP path needs no model on the agent's machine.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, Sequence
+
+from mice_exp.errors import UserError
+
+Messages = Sequence[dict[str, Any]]
+Tools = Sequence[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's answer on one proposed call, as a host acts on it.
+
+    ``execute`` is the gate's decision (its calibrated ``probability`` above ``tau``); a call the gate refused
+    without a score (a tool not offered, arguments that do not fit the tool's schema) has ``reason`` set and
+    ``probability`` None. ``arguments`` maps each top-level argument to the gate's probability of its value.
+    """
+
+    call_id: str
+    name: str
+    execute: bool
+    tau: float
+    probability: float | None = None
+    arguments: dict[str, float] = field(default_factory=dict)
+    reason: str | None = None
+
+    @property
+    def least_certain(self) -> str | None:
+        """The argument the gate was least sure of: what to ask the user about."""
+        return min(self.arguments, key=self.arguments.__getitem__) if self.arguments else None
+
+    def explain(self) -> str:
+        """The gate's view in one line, for a reviewer."""
+        if self.reason:
+            return f"The confidence gate refused the call to {self.name}: {self.reason}."
+        doubt = f"; least certain argument: {self.least_certain}" if self.least_certain else ""
+        return (f"The confidence gate gives this call to {self.name} a {self.probability:.0%} chance of being right "
+                f"(threshold {self.tau:.0%}){doubt}.")
+
+    def refusal(self) -> str:
+        """What the model reads in place of a held call's result."""
+        return self.explain() + " The tool was not run: ask the user to confirm or correct the call first."
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain dict (what a framework's state can store and a checkpointer can save)."""
+        return asdict(self)
+
+
+class Scorer(Protocol):
+    """Scores the calls a model proposed in reply to ``messages`` with ``tools`` offered, one verdict each."""
+
+    def score_calls(self, messages: Messages, tools: Tools, calls: Sequence[dict[str, Any]]) -> list[Verdict]: ...
+
+
+def tool_call(call_id: str, name: str, arguments: str | dict[str, Any]) -> dict[str, Any]:
+    """A call in OpenAI's chat shape (``arguments`` a JSON string, as the model wrote it)."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return {"type": "function", "id": call_id, "function": {"name": name, "arguments": text}}
+
+
+class GateScorer:
+    """Scores in this process with a loaded gate: one teacher-forced pass per call, no generation."""
+
+    def __init__(self, gate: Any, tau: float | None = None) -> None:
+        self.gate, self.tau = gate, tau
+
+    def score_calls(self, messages: Messages, tools: Tools, calls: Sequence[dict[str, Any]]) -> list[Verdict]:
+        decisions = self.gate.score_batch([(messages, tools, call) for call in calls], tau=self.tau)
+        return [Verdict(call_id=call["id"], name=call["function"]["name"], execute=bool(d.execute), tau=d.tau,
+                        probability=None if d.reason else d.probability, arguments=dict(d.arguments),
+                        reason=d.reason)
+                for call, d in zip(calls, decisions)]
+
+
+class HttpScorer:
+    """Scores over HTTP with ``mice-exp serve``'s ``POST /v1/tool_calls/check`` (OpenAI's chat request with the
+    proposed ``tool_calls``); the agent's process needs neither torch nor the gate's model."""
+
+    def __init__(self, url: str, tau: float | None = None, timeout: float = 120.0) -> None:
+        self.url = url.rstrip("/").removesuffix("/v1") + "/v1/tool_calls/check"
+        self.tau, self.timeout = tau, timeout
+
+    def score_calls(self, messages: Messages, tools: Tools, calls: Sequence[dict[str, Any]]) -> list[Verdict]:
+        body: dict[str, Any] = {"messages": list(messages), "tools": list(tools), "tool_calls": list(calls)}
+        if self.tau is not None:
+            body["mice_exp"] = {"tau": self.tau}
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                answer = json.load(response)
+        except urllib.error.HTTPError as error:
+            message = json.loads(error.read() or b"{}").get("error", {}).get("message", error.reason)
+            raise UserError(f"the gate at {self.url} refused the calls (HTTP {error.code}): {message}") from None
+        except urllib.error.URLError as error:
+            raise UserError(f"the gate at {self.url} cannot be reached ({error.reason}); expected `mice-exp serve` "
+                            "listening there") from None
+        return [Verdict(call_id=call["id"], name=call["function"]["name"], execute=result["decision"] == "allow",
+                        tau=result["tau"], probability=result.get("probability"),
+                        arguments=result.get("arguments") or {}, reason=result.get("reason"))
+                for call, result in zip(calls, answer["results"])]
+
+
+def scorer(gate: Any, tau: float | None = None) -> Scorer:
+    """The scorer for ``gate``: a loaded :class:`~mice_exp.gate.Gate`, the URL of ``mice-exp serve``, or a
+    :class:`Scorer` already."""
+    if isinstance(gate, str):
+        if not gate.startswith(("http://", "https://")):
+            raise UserError(f"gate={gate!r}; expected a loaded Gate (Gate.load(...)) or the http:// URL of "
+                            "`mice-exp serve`")
+        return HttpScorer(gate, tau)
+    if hasattr(gate, "score_batch"):
+        return GateScorer(gate, tau)
+    if hasattr(gate, "score_calls"):
+        return gate
+    raise UserError(f"gate={type(gate).__name__}; expected a loaded Gate, the URL of `mice-exp serve` or a Scorer")

@@ -1,0 +1,243 @@
+"""The gate inside the real agent frameworks (the ``hosts`` extra): the OpenAI Agents SDK's ``Runner.run_sync``
+and LangChain's ``create_agent`` run a two-tool task against an OpenAI-compatible model on 127.0.0.1 (a
+scripted one: it proposes fixed calls, so the flows are deterministic), with the tiny_random gate of
+test_gate.py scoring each proposed call in-process.
+
+``tau`` picks the flow: at 0 every call the gate scores runs; at 1 every call is held (a probability is never
+above 1), so a held call is blocked (the model reads why) or waits for a person who approves it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from agents import Agent, AgentsException, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+from langchain.agents import create_agent
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+from openai import AsyncOpenAI
+
+from mice_exp.errors import UserError
+from mice_exp.gate import Gate
+from mice_exp.hosts import GateScorer, HttpScorer, scorer
+from mice_exp.hosts.langchain_middleware import GateMiddleware
+from mice_exp.hosts.openai_agents import GateGuard
+from mice_exp.paths import PACKAGE_ROOT
+from tests.scripted_model import ScriptedModel
+from tests.test_gate import fitted  # noqa: F401 - the module's gate
+
+pytestmark = pytest.mark.timeout(300)
+set_tracing_disabled(True)  # the Agents SDK would otherwise try to export traces to OpenAI
+
+QUESTION = "What is the date 30 days after today in Paris?"
+SYSTEM = "Answer with the tools."
+TASK = [("call", "get_date", {"city": "Paris"}), ("call", "add_days", {"date": "2022-09-30", "days": 30}),
+        ("answer", "It is 2022-10-30.")]
+
+
+@pytest.fixture(scope="module")
+def gate(request, tiny_llm):
+    if not hasattr(Gate, "score_batch"):
+        pytest.skip("Gate.score_batch (issue 38 item 1) has not landed: the hosts score calls another model made")
+    return Gate.load(request.getfixturevalue("fitted")[0], llm=tiny_llm)
+
+
+class Recording(GateScorer):
+    """The in-process scorer, keeping what each host handed it."""
+
+    def __init__(self, gate: Gate, tau: float) -> None:
+        super().__init__(gate, tau)
+        self.seen: list[tuple] = []
+
+    def score_calls(self, messages, tools, calls):
+        self.seen.append((messages, tools, calls))
+        return super().score_calls(messages, tools, calls)
+
+
+def task_tools(ran: list[str]) -> list:
+    """The task's two tools, as plain functions that note each run."""
+
+    def get_date(city: str) -> str:
+        """Today's date in a city."""
+        ran.append("get_date")
+        return "2022-09-30"
+
+    def add_days(date: str, days: int) -> str:
+        """A date some days after another."""
+        ran.append("add_days")
+        return "2022-10-30"
+
+    return [get_date, add_days]
+
+
+def tool_turns(request: dict) -> list[str]:
+    """The tool results a request to the agent's model carried, in order."""
+    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+
+
+def assert_the_gate_saw_the_whole_conversation(seen: list[tuple]) -> None:
+    """The second call was scored with the system message, the question, the first call and its result."""
+    (first, tools, (call1,)), (history, _, (call2,)) = seen
+    assert [m["role"] for m in first] == ["system", "user"] and first[1]["content"] == QUESTION
+    assert [m["role"] for m in history] == ["system", "user", "assistant", "tool"]
+    assert history[0]["content"] == SYSTEM and history[2]["tool_calls"][0]["id"] == call1["id"]
+    assert history[3]["tool_call_id"] == call1["id"]
+    assert [t["function"]["name"] for t in tools] == ["get_date", "add_days"]
+    assert tools[1]["function"]["parameters"]["required"] == ["date", "days"]
+    assert (call2["function"]["name"], json.loads(call2["function"]["arguments"])) == TASK[1][1:]
+
+
+# ---------------------------------------------------------------------- OpenAI Agents SDK
+def run_agents_sdk(gate: Gate, tau: float, hook: str, approve: bool = False):
+    """The task through ``Runner.run_sync``; ``hook`` is how held calls are stopped: ``tool_input_guardrails``
+    (blocked) or ``needs_approval`` (a person is asked; ``approve`` says yes to each)."""
+    seen, ran, asked = Recording(gate, tau), [], []
+    guard = GateGuard(seen)
+    hooked = {"tool_input_guardrails": [guard.guardrail]} if hook == "tool_input_guardrails" else {
+        "needs_approval": guard.needs_approval}
+    with ScriptedModel(TASK) as model:
+        agent = Agent(name="assistant", instructions=SYSTEM, tools=[function_tool(f, **hooked) for f in task_tools(ran)],
+                      model=OpenAIChatCompletionsModel("scripted", AsyncOpenAI(base_url=model.url, api_key="-")))
+        result = Runner.run_sync(agent, QUESTION, hooks=guard.hooks)
+        while approve and result.interruptions:
+            state = result.to_state()
+            for item in result.interruptions:
+                asked.append(guard.verdict(item.call_id))
+                state.approve(item)
+            result = Runner.run_sync(agent, state, hooks=guard.hooks)
+    return result, seen.seen, ran, asked, model.requests
+
+
+@pytest.mark.parametrize("hook", ["tool_input_guardrails", "needs_approval"])
+def test_agents_sdk_runs_the_calls_the_gate_trusts_and_it_sees_the_whole_conversation(gate, hook):
+    result, seen, ran, asked, requests = run_agents_sdk(gate, 0.0, hook)
+    assert ran == ["get_date", "add_days"] and result.final_output == TASK[2][1] and not result.interruptions
+    assert tool_turns(requests[-1]) == ["2022-09-30", "2022-10-30"]  # each result fed back to the model
+    assert_the_gate_saw_the_whole_conversation(seen)
+
+
+def test_agents_sdk_guardrail_blocks_a_held_call_and_tells_the_model_why(gate):
+    result, seen, ran, _, requests = run_agents_sdk(gate, 1.0, "tool_input_guardrails")
+    assert ran == [] and result.final_output == TASK[2][1]
+    refusals = tool_turns(requests[-1])
+    assert len(refusals) == 2 and all("The tool was not run" in r and "(threshold 100%)" in r for r in refusals)
+    verdicts = [r.output.output_info for r in result.tool_input_guardrail_results]
+    assert [v.name for v in verdicts] == ["get_date", "add_days"] and not any(v.execute for v in verdicts)
+    assert all(0.0 <= v.probability <= 1.0 and v.tau == 1.0 for v in verdicts)
+
+
+def test_agents_sdk_asks_about_a_held_call_and_runs_it_once_approved(gate):
+    result, _, ran, _, _ = run_agents_sdk(gate, 1.0, "needs_approval")
+    (item,) = result.interruptions
+    assert ran == [] and result.final_output is None and item.tool_name == "get_date"
+    result, _, ran, asked, requests = run_agents_sdk(gate, 1.0, "needs_approval", approve=True)
+    assert [v.name for v in asked] == ["get_date", "add_days"] and not any(v.execute for v in asked)
+    assert ran == ["get_date", "add_days"] and result.final_output == TASK[2][1]
+    assert tool_turns(requests[-1]) == ["2022-09-30", "2022-10-30"]
+
+
+def test_agents_sdk_refuses_a_run_without_the_guards_hooks(gate):
+    guard, ran = GateGuard(gate, tau=0.0), []
+    with ScriptedModel(TASK) as model:
+        agent = Agent(name="assistant", tools=[function_tool(f, needs_approval=guard.needs_approval)
+                                               for f in task_tools(ran)],
+                      model=OpenAIChatCompletionsModel("scripted", AsyncOpenAI(base_url=model.url, api_key="-")))
+        with pytest.raises(AgentsException, match="pass hooks=guard.hooks to Runner.run"):  # the SDK wraps ours
+            Runner.run_sync(agent, QUESTION)
+    assert ran == []
+
+
+# ---------------------------------------------------------------------- LangChain
+def run_langchain(gate: Gate, tau: float, review: bool = False, approve: bool = False):
+    """The task through ``create_agent``: held calls blocked, or (``review``) asked about, each approved if
+    ``approve``."""
+    seen, ran, asked = Recording(gate, tau), [], []
+    guard = GateMiddleware(seen)
+    tools = [tool(f) for f in task_tools(ran)]
+    middleware = [guard, guard.review(tools)] if review else [guard]
+    config = {"configurable": {"thread_id": "task"}}
+    with ScriptedModel(TASK) as model:
+        chat = ChatOpenAI(model="scripted", base_url=model.url, api_key="-", max_retries=0)
+        agent = create_agent(chat, tools, system_prompt=SYSTEM, middleware=middleware, checkpointer=InMemorySaver())
+        result = agent.invoke({"messages": [{"role": "user", "content": QUESTION}]}, config)
+        while approve and "__interrupt__" in result:
+            asked.extend(result["__interrupt__"][0].value["action_requests"])
+            result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    return result, seen.seen, ran, asked, model.requests
+
+
+def test_langchain_runs_the_calls_the_gate_trusts_and_it_sees_the_whole_conversation(gate):
+    result, seen, ran, _, requests = run_langchain(gate, 0.0)
+    assert ran == ["get_date", "add_days"] and result["messages"][-1].content == TASK[2][1]
+    assert tool_turns(requests[-1]) == ["2022-09-30", "2022-10-30"]
+    assert_the_gate_saw_the_whole_conversation(seen)
+    verdicts = [m.response_metadata["mice_exp"] for m in result["messages"] if m.type == "ai" and m.tool_calls]
+    assert [next(iter(v.values()))["execute"] for v in verdicts] == [True, True]  # kept in the agent's state
+
+
+def test_langchain_blocks_a_held_call_and_tells_the_model_why(gate):
+    result, _, ran, _, requests = run_langchain(gate, 1.0)
+    assert ran == [] and result["messages"][-1].content == TASK[2][1]
+    blocked = [m for m in result["messages"] if m.type == "tool"]
+    assert [m.status for m in blocked] == ["error", "error"]
+    assert all("The tool was not run" in m.content for m in blocked) and tool_turns(requests[-1]) == [
+        m.content for m in blocked]
+
+
+def test_langchain_asks_about_a_held_call_and_runs_it_once_approved(gate):
+    result, _, ran, _, _ = run_langchain(gate, 1.0, review=True)
+    (interrupt,) = result["__interrupt__"]
+    (request,) = interrupt.value["action_requests"]
+    assert ran == [] and request["name"] == "get_date" and request["args"] == {"city": "Paris"}
+    assert re.search(r"a \d+% chance of being right \(threshold 100%\)", request["description"])
+    result, _, ran, asked, requests = run_langchain(gate, 1.0, review=True, approve=True)
+    assert [a["name"] for a in asked] == ["get_date", "add_days"]
+    assert ran == ["get_date", "add_days"] and result["messages"][-1].content == TASK[2][1]
+    assert tool_turns(requests[-1]) == ["2022-09-30", "2022-10-30"]
+
+
+# ---------------------------------------------------------------------- what both share
+def test_the_hosts_package_imports_without_torch():
+    code = "import sys, mice_exp.hosts.openai_agents, mice_exp.hosts.langchain_middleware; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE_ROOT)
+    assert out.stdout.strip() == "False"
+
+
+def test_a_gate_is_a_loaded_gate_or_the_url_of_mice_exp_serve():
+    assert scorer("http://127.0.0.1:8000/v1").url == "http://127.0.0.1:8000/v1/tool_calls/check"
+    with pytest.raises(UserError, match="expected a loaded Gate"):
+        scorer("gate/")
+    unreachable = HttpScorer("http://127.0.0.1:9", timeout=5)  # the discard port: nothing listens
+    with pytest.raises(UserError, match="cannot be reached"):
+        unreachable.score_calls([{"role": "user", "content": "q"}], [], [{"id": "c", "function": {"name": "f"}}])
+
+
+# ---------------------------------------------------------------------- docs/hosts.md
+EXAMPLES = {"get_weather": [("call", "get_weather", {"city": "Paris"}), ("answer", "Sunny in Paris.")],
+            "book_table": [("call", "book_table", {"city": "Paris", "people": 2}), ("answer", "Booked.")]}
+
+
+def python_blocks(section: str) -> list[str]:
+    """The python code blocks of one section (``## <section>``) of docs/hosts.md, in order."""
+    text = (PACKAGE_ROOT / "docs" / "hosts.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", body, flags=re.S)
+
+
+@pytest.mark.parametrize("section, answers", [("OpenAI Agents SDK", ["Sunny in Paris.", "Booked."]),
+                                              ("LangChain 1.x (`create_agent`)", ["Sunny in Paris."] * 2)])
+def test_the_docs_examples_run_as_written(gate, fitted, section, answers, capsys):  # noqa: F811
+    blocks = python_blocks(section)
+    assert len(blocks) == 2 and all(len(b.strip().splitlines()) <= 15 for b in blocks)
+    with ScriptedModel(EXAMPLES) as model:
+        namespace = {"GATE": str(fitted[0]), "AGENT_URL": model.url}
+        for block, answer in zip(blocks, answers):
+            exec(compile(block, f"docs/hosts.md: {section}", "exec"), namespace)
+            assert capsys.readouterr().out.splitlines()[-1] == answer
+            assert len(tool_turns(model.requests[-1])) == 1  # the tool's result, or why the gate held the call
