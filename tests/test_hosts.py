@@ -9,6 +9,7 @@ above 1), so a held call is blocked (the model reads why) or waits for a person 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -154,9 +155,9 @@ def test_agents_sdk_refuses_a_run_without_the_guards_hooks(gate):
 
 
 # ---------------------------------------------------------------------- LangChain
-def run_langchain(gate: Gate, tau: float, review: bool = False, approve: bool = False):
+def run_langchain(gate: Gate, tau: float, review: bool = False, approve: bool = False, use_async: bool = False):
     """The task through ``create_agent``: held calls blocked, or (``review``) asked about, each approved if
-    ``approve``."""
+    ``approve``; ``use_async`` runs it with ``ainvoke`` (the middleware's async hooks)."""
     seen, ran, asked = Recording(gate, tau), [], []
     guard = GateMiddleware(seen)
     tools = [tool(f) for f in task_tools(ran)]
@@ -165,15 +166,17 @@ def run_langchain(gate: Gate, tau: float, review: bool = False, approve: bool = 
     with ScriptedModel(TASK) as model:
         chat = ChatOpenAI(model="scripted", base_url=model.url, api_key="-", max_retries=0)
         agent = create_agent(chat, tools, system_prompt=SYSTEM, middleware=middleware, checkpointer=InMemorySaver())
-        result = agent.invoke({"messages": [{"role": "user", "content": QUESTION}]}, config)
+        question = {"messages": [{"role": "user", "content": QUESTION}]}
+        result = asyncio.run(agent.ainvoke(question, config)) if use_async else agent.invoke(question, config)
         while approve and "__interrupt__" in result:
             asked.extend(result["__interrupt__"][0].value["action_requests"])
             result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
     return result, seen.seen, ran, asked, model.requests
 
 
-def test_langchain_runs_the_calls_the_gate_trusts_and_it_sees_the_whole_conversation(gate):
-    result, seen, ran, _, requests = run_langchain(gate, 0.0)
+@pytest.mark.parametrize("use_async", [False, True], ids=["invoke", "ainvoke"])
+def test_langchain_runs_the_calls_the_gate_trusts_and_it_sees_the_whole_conversation(gate, use_async):
+    result, seen, ran, _, requests = run_langchain(gate, 0.0, use_async=use_async)
     assert ran == ["get_date", "add_days"] and result["messages"][-1].content == TASK[2][1]
     assert tool_turns(requests[-1]) == ["2022-09-30", "2022-10-30"]
     assert_the_gate_saw_the_whole_conversation(seen)
