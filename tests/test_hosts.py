@@ -26,7 +26,7 @@ from openai import AsyncOpenAI
 
 from mice_exp.errors import UserError
 from mice_exp.gate import Gate
-from mice_exp.hosts import GateScorer, HttpScorer, scorer
+from mice_exp.hosts import GateScorer, HttpScorer, Scorer, scorer
 from mice_exp.hosts.langchain_middleware import GateMiddleware
 from mice_exp.hosts.openai_agents import GateGuard
 from mice_exp.paths import PACKAGE_ROOT
@@ -95,11 +95,11 @@ def assert_the_gate_saw_the_whole_conversation(seen: list[tuple]) -> None:
 
 
 # ---------------------------------------------------------------------- OpenAI Agents SDK
-def run_agents_sdk(gate: Gate, tau: float, hook: str, approve: bool = False):
-    """The task through ``Runner.run_sync``; ``hook`` is how held calls are stopped: ``tool_input_guardrails``
-    (blocked) or ``needs_approval`` (a person is asked; ``approve`` says yes to each)."""
-    seen, ran, asked = Recording(gate, tau), [], []
-    guard = GateGuard(seen)
+def run_agents_sdk(gate: Scorer, hook: str, approve: bool = False):
+    """The task through ``Runner.run_sync``, guarded by ``gate``; ``hook`` is how held calls are stopped:
+    ``tool_input_guardrails`` (blocked) or ``needs_approval`` (a person is asked; ``approve`` says yes to each)."""
+    ran, asked = [], []
+    guard = GateGuard(gate)
     hooked = {"tool_input_guardrails": [guard.guardrail]} if hook == "tool_input_guardrails" else {
         "needs_approval": guard.needs_approval}
     with ScriptedModel(TASK) as model:
@@ -112,19 +112,20 @@ def run_agents_sdk(gate: Gate, tau: float, hook: str, approve: bool = False):
                 asked.append(guard.verdict(item.call_id))
                 state.approve(item)
             result = Runner.run_sync(agent, state, hooks=guard.hooks)
-    return result, seen.seen, ran, asked, model.requests
+    return result, guard, ran, asked, model.requests
 
 
 @pytest.mark.parametrize("hook", ["tool_input_guardrails", "needs_approval"])
 def test_agents_sdk_runs_the_calls_the_gate_trusts_and_it_sees_the_whole_conversation(gate, hook):
-    result, seen, ran, asked, requests = run_agents_sdk(gate, 0.0, hook)
+    seen = Recording(gate, 0.0)
+    result, _, ran, _, requests = run_agents_sdk(seen, hook)
     assert ran == ["get_date", "add_days"] and result.final_output == TASK[2][1] and not result.interruptions
     assert tool_turns(requests[-1]) == ["2022-09-30", "2022-10-30"]  # each result fed back to the model
-    assert_the_gate_saw_the_whole_conversation(seen)
+    assert_the_gate_saw_the_whole_conversation(seen.seen)
 
 
 def test_agents_sdk_guardrail_blocks_a_held_call_and_tells_the_model_why(gate):
-    result, seen, ran, _, requests = run_agents_sdk(gate, 1.0, "tool_input_guardrails")
+    result, _, ran, _, requests = run_agents_sdk(Recording(gate, 1.0), "tool_input_guardrails")
     assert ran == [] and result.final_output == TASK[2][1]
     refusals = tool_turns(requests[-1])
     assert len(refusals) == 2 and all("The tool was not run" in r and "(threshold 100%)" in r for r in refusals)
@@ -134,10 +135,10 @@ def test_agents_sdk_guardrail_blocks_a_held_call_and_tells_the_model_why(gate):
 
 
 def test_agents_sdk_asks_about_a_held_call_and_runs_it_once_approved(gate):
-    result, _, ran, _, _ = run_agents_sdk(gate, 1.0, "needs_approval")
+    result, _, ran, _, _ = run_agents_sdk(Recording(gate, 1.0), "needs_approval")
     (item,) = result.interruptions
     assert ran == [] and result.final_output is None and item.tool_name == "get_date"
-    result, _, ran, asked, requests = run_agents_sdk(gate, 1.0, "needs_approval", approve=True)
+    result, _, ran, asked, requests = run_agents_sdk(Recording(gate, 1.0), "needs_approval", approve=True)
     assert [v.name for v in asked] == ["get_date", "add_days"] and not any(v.execute for v in asked)
     assert ran == ["get_date", "add_days"] and result.final_output == TASK[2][1]
     assert tool_turns(requests[-1]) == ["2022-09-30", "2022-10-30"]
@@ -155,11 +156,11 @@ def test_agents_sdk_refuses_a_run_without_the_guards_hooks(gate):
 
 
 # ---------------------------------------------------------------------- LangChain
-def run_langchain(gate: Gate, tau: float, review: bool = False, approve: bool = False, use_async: bool = False):
-    """The task through ``create_agent``: held calls blocked, or (``review``) asked about, each approved if
-    ``approve``; ``use_async`` runs it with ``ainvoke`` (the middleware's async hooks)."""
-    seen, ran, asked = Recording(gate, tau), [], []
-    guard = GateMiddleware(seen)
+def run_langchain(gate: Scorer, review: bool = False, approve: bool = False, use_async: bool = False):
+    """The task through ``create_agent``, guarded by ``gate``: held calls blocked, or (``review``) asked about,
+    each approved if ``approve``; ``use_async`` runs it with ``ainvoke`` (the middleware's async hooks)."""
+    ran, asked = [], []
+    guard = GateMiddleware(gate)
     tools = [tool(f) for f in task_tools(ran)]
     middleware = [guard, guard.review(tools)] if review else [guard]
     config = {"configurable": {"thread_id": "task"}}
@@ -171,21 +172,22 @@ def run_langchain(gate: Gate, tau: float, review: bool = False, approve: bool = 
         while approve and "__interrupt__" in result:
             asked.extend(result["__interrupt__"][0].value["action_requests"])
             result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
-    return result, seen.seen, ran, asked, model.requests
+    return result, ran, asked, model.requests
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["invoke", "ainvoke"])
 def test_langchain_runs_the_calls_the_gate_trusts_and_it_sees_the_whole_conversation(gate, use_async):
-    result, seen, ran, _, requests = run_langchain(gate, 0.0, use_async=use_async)
+    seen = Recording(gate, 0.0)
+    result, ran, _, requests = run_langchain(seen, use_async=use_async)
     assert ran == ["get_date", "add_days"] and result["messages"][-1].content == TASK[2][1]
     assert tool_turns(requests[-1]) == ["2022-09-30", "2022-10-30"]
-    assert_the_gate_saw_the_whole_conversation(seen)
+    assert_the_gate_saw_the_whole_conversation(seen.seen)
     verdicts = [m.response_metadata["mice_exp"] for m in result["messages"] if m.type == "ai" and m.tool_calls]
     assert [next(iter(v.values()))["execute"] for v in verdicts] == [True, True]  # kept in the agent's state
 
 
 def test_langchain_blocks_a_held_call_and_tells_the_model_why(gate):
-    result, _, ran, _, requests = run_langchain(gate, 1.0)
+    result, ran, _, requests = run_langchain(Recording(gate, 1.0))
     assert ran == [] and result["messages"][-1].content == TASK[2][1]
     blocked = [m for m in result["messages"] if m.type == "tool"]
     assert [m.status for m in blocked] == ["error", "error"]
@@ -194,12 +196,12 @@ def test_langchain_blocks_a_held_call_and_tells_the_model_why(gate):
 
 
 def test_langchain_asks_about_a_held_call_and_runs_it_once_approved(gate):
-    result, _, ran, _, _ = run_langchain(gate, 1.0, review=True)
+    result, ran, _, _ = run_langchain(Recording(gate, 1.0), review=True)
     (interrupt,) = result["__interrupt__"]
     (request,) = interrupt.value["action_requests"]
     assert ran == [] and request["name"] == "get_date" and request["args"] == {"city": "Paris"}
     assert re.search(r"a \d+% chance of being right \(threshold 100%\)", request["description"])
-    result, _, ran, asked, requests = run_langchain(gate, 1.0, review=True, approve=True)
+    result, ran, asked, requests = run_langchain(Recording(gate, 1.0), review=True, approve=True)
     assert [a["name"] for a in asked] == ["get_date", "add_days"]
     assert ran == ["get_date", "add_days"] and result["messages"][-1].content == TASK[2][1]
     assert tool_turns(requests[-1]) == ["2022-09-30", "2022-10-30"]

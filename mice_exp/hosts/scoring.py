@@ -25,16 +25,17 @@ Tools = Sequence[dict[str, Any]]
 class Verdict:
     """The gate's answer on one proposed call, as a host acts on it.
 
-    ``execute`` is the gate's decision (its calibrated ``probability`` above ``tau``); a call the gate refused
-    without a score (a tool not offered, arguments that do not fit the tool's schema) has ``reason`` set and
-    ``probability`` None. ``arguments`` maps each top-level argument to the gate's probability of its value.
+    ``execute`` is the gate's decision: its calibrated ``probability`` above ``tau``, for a call it can run; a
+    call it never runs (a tool not offered, arguments that do not fit the tool's schema; over HTTP also one at
+    or below the low-risk threshold) has ``reason`` set. ``arguments`` maps each top-level argument to the
+    gate's probability of its value.
     """
 
     call_id: str
     name: str
     execute: bool
+    probability: float
     tau: float
-    probability: float | None = None
     arguments: dict[str, float] = field(default_factory=dict)
     reason: str | None = None
 
@@ -46,7 +47,7 @@ class Verdict:
     def explain(self) -> str:
         """The gate's view in one line, for a reviewer."""
         if self.reason:
-            return f"The confidence gate refused the call to {self.name}: {self.reason}."
+            return f"The confidence gate refused the call to {self.name} ({self.probability:.0%}): {self.reason}."
         doubt = f"; least certain argument: {self.least_certain}" if self.least_certain else ""
         return (f"The confidence gate gives this call to {self.name} a {self.probability:.0%} chance of being right "
                 f"(threshold {self.tau:.0%}){doubt}.")
@@ -80,9 +81,8 @@ class GateScorer:
 
     def score_calls(self, messages: Messages, tools: Tools, calls: Sequence[dict[str, Any]]) -> list[Verdict]:
         decisions = self.gate.score_batch([(messages, tools, call) for call in calls], tau=self.tau)
-        return [Verdict(call_id=call["id"], name=call["function"]["name"], execute=bool(d.execute), tau=d.tau,
-                        probability=None if d.reason else d.probability, arguments=dict(d.arguments),
-                        reason=d.reason)
+        return [Verdict(call_id=call["id"], name=call["function"]["name"], execute=bool(d.execute),
+                        probability=d.probability, tau=d.tau, arguments=dict(d.arguments), reason=d.reason)
                 for call, d in zip(calls, decisions)]
 
 
@@ -110,8 +110,8 @@ class HttpScorer:
             raise UserError(f"the gate at {self.url} cannot be reached ({error.reason}); expected `mice-exp serve` "
                             "listening there") from None
         return [Verdict(call_id=call["id"], name=call["function"]["name"], execute=result["decision"] == "allow",
-                        tau=result["tau"], probability=result.get("probability"),
-                        arguments=result.get("arguments") or {}, reason=result.get("reason"))
+                        probability=result["probability"], tau=result["tau"], arguments=result.get("arguments") or {},
+                        reason=result.get("reason"))
                 for call, result in zip(calls, answer["results"])]
 
 
