@@ -27,7 +27,9 @@ RECORDS_USAGE = ("usage: mice-exp records [output=FILE] [hydra overrides]\n"
                  "records file, by default experiments/records/<dataset>-<llm>.jsonl.gz; any run takes it\n"
                  "back with llm.records=FILE and needs no LLM. With llm.records=FILE it adds sources.use to\n"
                  "that file's records (loading the LLM, not re-running its stage). With llm.shards=N llm.shard=i\n"
-                 "it runs worker i of the stage; the worker that completes the stage writes the file")
+                 "it runs worker i of the stage; the worker that completes the stage writes the file.\n"
+                 "With actor=FILE (another LLM's records) it writes the configured LLM's judgement of those calls\n"
+                 "(each teacher-forced as the reply to its own prompt), by default FILE-judged-by-<llm>.jsonl.gz")
 
 
 def check_command(argv: Sequence[str]) -> None:
@@ -89,8 +91,21 @@ def records(argv: Sequence[str]) -> None:
     from mice_exp.pipeline import Pipeline
 
     outputs = [a.split("=", 1)[1] for a in argv if a.startswith("output=")]
-    pipeline = Pipeline.from_config(compose_config([a for a in argv if not a.startswith("output=")]))
+    actors = [a.split("=", 1)[1] for a in argv if a.startswith("actor=")]
+    pipeline = Pipeline.from_config(compose_config([a for a in argv if not a.startswith(("output=", "actor="))]))
     stage = pipeline.stage
+    if actors:  # the actor's records judged by the configured LLM
+        from mice_exp.llm.records import write_records_file
+        from mice_exp.llm.replay import judge_records
+
+        actor = resolve(actors[0], Path.cwd())
+        default = actor.with_name(actor.name.replace(".jsonl.gz", f"-judged-by-{stage.llm['name']}.jsonl.gz"))
+        path = writable_file(outputs[0] if outputs else default, Path.cwd(), "output", force=pipeline.force)
+        header, rows = judge_records(stage, actor)
+        write_records_file(path, header, rows)
+        print(f"records: {path} ({path.stat().st_size / 1e6:.2f} MB): {header['display']}; Table 1 on it with "
+              f"llm={stage.llm['name']} llm.records={path}")
+        return
     # replacing the file it reads (llm.records=F output=F: adding sources) is what the command is for
     same = bool(outputs) and stage.records_path == resolve(outputs[0], Path.cwd())
     path = writable_file(outputs[0] if outputs else default_path(stage), Path.cwd(), "output",

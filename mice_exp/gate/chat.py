@@ -67,6 +67,12 @@ class Decision:
     completion_tokens: int
 
     @property
+    def reason(self) -> str | None:
+        """Why there is no call to execute whatever the probability (a tool not offered, arguments that do not
+        parse or do not match the tool's schema), else None."""
+        return self.parse_error
+
+    @property
     def least_certain(self) -> str | None:
         """The argument the model was least sure of (None without arguments): what to ask the user about."""
         return min(self.arguments, key=self.arguments.__getitem__) if self.arguments else None
@@ -171,3 +177,76 @@ def chat_example(messages: Messages, tools: Any, index: int, schemas: bool) -> E
     return Example(id=f"gate/{index}", dataset="jsonl", api="gate", query=query, tools=text,
                    tool_names=tuple(s["function"]["name"] for s in checked),
                    gold={"action": None, "action_input": None}, demo="")
+
+
+#: JSON Schema's type names and the Python values each admits (a bool is no number).
+_JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,),
+               "object": (dict,), "null": (type(None),)}
+
+
+def read_call(call: Any, where: str = "call") -> tuple[str, str]:
+    """The name and the argument text of a proposed tool call, in OpenAI's shape ``{"type": "function", "id"?,
+    "function": {"name", "arguments"}}`` or bare ``{"name", "arguments"}``; ``arguments`` a JSON string (kept
+    verbatim: it is what the agent's model wrote) or an object (written as compact JSON). A call that is not
+    such an object is an :class:`InvalidRequest`; one whose arguments are not valid JSON is not (the gate
+    answers it: :func:`call_problem`)."""
+    if not isinstance(call, dict):
+        raise InvalidRequest(f"{where} is {json.dumps(call)[:60]}; expected a tool call "
+                             '{"type": "function", "function": {"name": ..., "arguments": "{...}"}}', param=where)
+    if "function" in call or call.get("type") == "function":
+        if not isinstance(call.get("function"), dict):
+            raise InvalidRequest(f"{where} has no 'function' object; expected {{\"type\": \"function\", "
+                                 f"\"function\": {{\"name\": ..., \"arguments\": \"{{...}}\"}}}}",
+                                 param=f"{where}.function")
+        call, where = call["function"], f"{where}.function"
+    name, arguments = call.get("name"), call.get("arguments", "{}")
+    if not isinstance(name, str) or not name.strip() or "\n" in name:
+        raise InvalidRequest(f"{where}.name is {name!r}; expected the name of one of the tools offered",
+                             param=f"{where}.name", code="invalid_value")
+    if isinstance(arguments, dict):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    if not isinstance(arguments, str):
+        raise InvalidRequest(f"{where}.arguments is {json.dumps(arguments)[:60]}; expected a JSON object, as a "
+                             "string or an object", param=f"{where}.arguments", code="invalid_value")
+    return name, arguments
+
+
+def call_problem(name: str, arguments: str, tools: Sequence[dict[str, Any]]) -> str | None:
+    """Why a proposed call cannot be executed as it stands, or None: a tool not among ``tools`` (checked
+    function schemas), arguments that are not a JSON object, or that do not match the tool's parameters
+    (a required one missing, one the schema does not admit, a value of another type or outside its enum)."""
+    schema = next((t["function"] for t in tools if t["function"]["name"] == name), None)
+    if schema is None:
+        offered = ", ".join(t["function"]["name"] for t in tools)
+        return f"the call names {name!r}, which is not among the tools offered ({offered})"
+    try:
+        args = json.loads(arguments)
+    except json.JSONDecodeError as error:
+        return f"the arguments of {name!r} are not valid JSON ({error.msg}); expected a JSON object"
+    if not isinstance(args, dict):
+        return f"the arguments of {name!r} are {type(args).__name__}; expected a JSON object"
+    parameters = schema.get("parameters") or {}
+    properties = parameters.get("properties", {})
+    missing = [r for r in parameters.get("required", []) if r not in args]
+    if missing:
+        return f"the call to {name!r} lacks the required argument {missing[0]!r}"
+    for key, value in args.items():
+        if key not in properties:
+            if parameters.get("additionalProperties", True) is False:
+                return f"the call to {name!r} has the argument {key!r}, which its schema does not admit"
+            continue
+        problem = _value_problem(properties[key], value)
+        if problem:
+            return f"the call to {name!r} has {key}={json.dumps(value)[:40]}: {problem}"
+    return None
+
+
+def _value_problem(schema: dict[str, Any], value: Any) -> str | None:
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if kinds and not any(isinstance(value, _JSON_TYPES.get(k, object))
+                         and not (isinstance(value, bool) and k != "boolean") for k in kinds):
+        return f"expected {' or '.join(kinds)}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"expected one of {json.dumps(schema['enum'])[:60]}"
+    return None

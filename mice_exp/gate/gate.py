@@ -300,27 +300,69 @@ class Gate:
         """:meth:`check` for many ``(messages, tools)`` pairs, generated in the LLM stage's batches; one bad
         request refuses the batch (its error names it). One batch runs at a time (a lock around the LLM)."""
         tau = self.tau if tau is None else check_tau(tau)
+        examples = self._chat_examples([(m, t) for m, t in requests])
+        with self._lock:
+            prompts = self._request_prompts(examples, len(requests))
+            records, p = self._run(examples, prompts)
+        return [self._decision(record, float(prob), tau, examples[i].tool_names)
+                for i, record, prob in zip(sorted(prompts), records, p)]
+
+    def score(self, messages: Messages, tools: Sequence[dict[str, Any]], call: Mapping[str, Any], *,
+              tau: float | None = None) -> Decision:
+        """The gate's :class:`~mice_exp.gate.chat.Decision` on a tool call someone else proposed (an agent's model,
+        a user): ``call`` in OpenAI's shape (:func:`~mice_exp.gate.chat.read_call`), written in the gate's reply
+        format as the reply to the request's prompt and teacher-forced through the gate's LLM in one forward
+        pass (:func:`mice_exp.llm.replay.score_replies`: no decoding), then the same records, features,
+        estimator and threshold as :meth:`check`. For the gate's own greedy call it gives :meth:`check`'s
+        probability up to float rounding. A call to a tool not offered, or with arguments that are not JSON or
+        do not match the tool's schema, is still scored but never executed (``reason`` says why)."""
+        return self.score_batch([(messages, tools, call)], tau=tau)[0]
+
+    def score_batch(self, requests: Sequence[tuple[Messages, Sequence[dict[str, Any]], Mapping[str, Any]]], *,
+                    tau: float | None = None) -> list[Decision]:
+        """:meth:`score` for many ``(messages, tools, call)`` triples, teacher-forced in the LLM stage's batches
+        (one forward pass each); one bad request refuses the batch (its error names it)."""
+        from mice_exp.gate.chat import call_problem, check_tools, read_call
+
+        tau = self.tau if tau is None else check_tau(tau)
+        examples = self._chat_examples([(m, t) for m, t, _ in requests])
+        fmt, replies, problems = self.builder().fmt, {}, {}
+        for i, (_, tools, call) in enumerate(requests):
+            try:
+                name, arguments = read_call(call)
+            except InvalidRequest as error:
+                raise _numbered(error, i, len(requests)) from None
+            replies[i] = fmt.write(name, arguments)
+            problems[i] = call_problem(name, arguments, check_tools(tools))
+        with self._lock:
+            prompts = self._request_prompts(examples, len(requests))
+            records, p = self._score(examples, prompts, replies)
+        return [self._decision(record, float(prob), tau, examples[i].tool_names, problems[i])
+                for i, record, prob in zip(sorted(prompts), records, p)]
+
+    def _chat_examples(self, requests: Sequence[tuple[Messages, Any]]) -> dict[int, Example]:
+        """Each ``(messages, tools)`` request as the :class:`Example` the prompt builder takes."""
         schemas = self.prompt_cfg.get("tools", "text") == "schemas"
         examples = {}
         for i, (messages, tools) in enumerate(requests):
             try:
                 examples[i] = chat_example(messages, tools, i, schemas)
             except InvalidRequest as error:
-                raise (error if len(requests) == 1 else
-                       InvalidRequest(f"request #{i}: {error}", error.param, error.code, error.status)) from None
-        with self._lock:
-            prompts, failed = self._prompts(examples)
-            for i, error in failed.items():
-                where = "" if len(requests) == 1 else f"request #{i}: "
-                if not isinstance(error, PromptTooLong):
-                    raise InvalidRequest(f"{where}{error}", param="tools")
-                raise InvalidRequest(f"{where}the gate's prompt for these messages and tools has {error.tokens} tokens "
-                                     f"without demonstrations; {self.spec['llm']['name']}'s context window leaves "
-                                     f"{error.budget} (llm.context_window minus llm.max_new_tokens); expected shorter "
-                                     "messages or fewer tools", param="messages", code="context_length_exceeded")
-            records, p = self._run(examples, prompts)
-        return [self._decision(record, float(prob), tau, examples[i].tool_names)
-                for i, record, prob in zip(sorted(prompts), records, p)]
+                raise _numbered(error, i, len(requests)) from None
+        return examples
+
+    def _request_prompts(self, examples: Mapping[int, Example], n_requests: int) -> dict[int, Prompt]:
+        """:meth:`_prompts` for chat requests, where a request without a prompt refuses the batch."""
+        prompts, failed = self._prompts(examples)
+        for i, error in failed.items():
+            where = "" if n_requests == 1 else f"request #{i}: "
+            if not isinstance(error, PromptTooLong):
+                raise InvalidRequest(f"{where}{error}", param="tools")
+            raise InvalidRequest(f"{where}the gate's prompt for these messages and tools has {error.tokens} tokens "
+                                 f"without demonstrations; {self.spec['llm']['name']}'s context window leaves "
+                                 f"{error.budget} (llm.context_window minus llm.max_new_tokens); expected shorter "
+                                 "messages or fewer tools", param="messages", code="context_length_exceeded")
+        return prompts
 
     def _prompts(self, examples: Mapping[int, Example]) -> tuple[dict[int, Prompt], dict[int, UserError]]:
         """Each example's prompt with demonstrations retrieved from the saved pool, as the pipeline builds
@@ -361,6 +403,40 @@ class Gate:
             bar.update(len(batch))
         bar.close()
         self.timing["generate_s"] = time.perf_counter() - tick
+        return self._rows(examples, prompts, records, arrays)
+
+    def _score(self, examples: dict[int, Any], prompts: dict[int, Prompt],
+               replies: Mapping[int, str]) -> tuple[list[dict], np.ndarray]:
+        """:meth:`_run` with each reply teacher-forced instead of generated (same batches, same records)."""
+        from mice_exp.llm.replay import reply_tokens, score_replies
+        from mice_exp.llm.stage import batch_records, batches
+
+        llm = self.llm()
+        tick = time.perf_counter()
+        window = int(self.llm_cfg["context_window"])
+        tokens = {i: reply_tokens(llm.tokenizer, replies[i]) for i in prompts}
+        for i, prompt in prompts.items():
+            length = len(tokens[i])
+            if len(prompt.ids) + length > window:
+                where = "the call" if len(prompts) == 1 else f"request #{i}: the call"
+                raise InvalidRequest(f"{where} is {length} tokens after a prompt of {len(prompt.ids)}; "
+                                     f"{self.spec['llm']['name']}'s context window holds {window} "
+                                     "(llm.context_window); expected a shorter call or shorter messages",
+                                     param="tool_calls", code="context_length_exceeded")
+        records, arrays = [], []
+        for batch in batches(prompts, int(self.llm_cfg["batch_size"])):
+            gens = score_replies(llm, [prompts[i].ids for i in batch], [tokens[i] for i in batch])
+            rows, pooled = batch_records(llm.tokenizer, batch, examples, dict.fromkeys(batch, SPLIT), prompts, gens,
+                                         self.builder().fmt)
+            records += rows
+            arrays.append(pooled)
+        self.timing["forward_s"] = time.perf_counter() - tick
+        return self._rows(examples, prompts, records, arrays)
+
+    def _rows(self, examples: Mapping[int, Any], prompts: Mapping[int, Any], records: list[dict],
+              arrays: list[dict[str, np.ndarray]]) -> tuple[list[dict], np.ndarray]:
+        """The records' probabilities through the saved view and estimator, both in index order."""
+        llm = self.llm()
         tick = time.perf_counter()
         stage = StageOutput(records=records, info={"n_layers": llm.n_layers, "hidden_size": llm.hidden_size},
                             key="gate", pooled={k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]})
@@ -370,16 +446,20 @@ class Gate:
         keep = [row[examples[i].id] for i in sorted(prompts)]
         return [records[n] for n in keep], p[keep]
 
-    def _decision(self, record: Mapping[str, Any], p: float, tau: float, tools: Sequence[str]) -> Decision:
+    def _decision(self, record: Mapping[str, Any], p: float, tau: float, tools: Sequence[str],
+                  problem: str | None = None) -> Decision:
         """The decision on a record; a call to a tool the request did not offer (the prompt also shows the
-        demonstrations' tools) is no call: nothing the caller could run."""
+        demonstrations' tools) is no call: nothing the caller could run; nor is a proposed call with a
+        ``problem`` (:func:`~mice_exp.gate.chat.call_problem`)."""
         from mice_exp.features.arguments import answer_arguments
 
-        call, why = None, record["parse_error"]
-        if record["pred_args"] is not None and record["pred_api"] not in tools:
-            why = f"the reply calls {record['pred_api']!r}, which is not among the tools offered ({', '.join(tools)})"
-        elif record["pred_args"] is not None:
-            call = Call(record["pred_api"], record["pred_args"])
+        call, why = None, problem or record["parse_error"]
+        if problem is None and record["pred_args"] is not None:
+            if record["pred_api"] in tools:
+                call = Call(record["pred_api"], record["pred_args"])
+            else:
+                why = (f"the reply calls {record['pred_api']!r}, which is not among the tools offered "
+                       f"({', '.join(tools)})")
         return Decision(call=call, probability=p,
                         arguments=answer_arguments(record, self.builder().fmt)[0] if call else {},
                         execute=call is not None and p > tau, tau=tau, text=record["text"], parse_error=why,
@@ -398,3 +478,9 @@ class Gate:
         return {"id": qid, "call": None, "text": None, "probability": None, "decision": None, "tau": self.tau,
                 "raw_confidence": None, "arguments": None, "arguments_error": None, "parse_error": None,
                 "error": message}
+
+
+def _numbered(error: InvalidRequest, index: int, n_requests: int) -> InvalidRequest:
+    """A request's error as a batch of ``n_requests`` reports it (naming the request when there are several)."""
+    return error if n_requests == 1 else InvalidRequest(f"request #{index}: {error}", error.param, error.code,
+                                                        error.status)

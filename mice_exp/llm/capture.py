@@ -200,16 +200,22 @@ def truncate(tokenizer, ids: Sequence[int], eos_ids: Sequence[int],
         if token in eos_ids:
             ids = ids[:i]
             break
+    offsets, full = token_spans(tokenizer, ids)
+    stop = fmt.stop_offset(full)
+    if stop is None:
+        return ids, offsets, full
+    keep = next((n for n, (_, end) in enumerate(offsets, 1) if end >= stop), len(ids))
+    return ids[:keep], offsets[:keep], tokenizer.decode(ids[:keep], skip_special_tokens=True,
+                                                        clean_up_tokenization_spaces=False)
+
+
+def token_spans(tokenizer, ids: Sequence[int]) -> tuple[list[tuple[int, int]], str]:
+    """Each token's character span in the text the ids decode to, and that text (a span ends where the
+    decoded prefix ending with the token ends, so a token that completes a multi-byte character holds it)."""
     ends = [len(tokenizer.decode(ids[:n], skip_special_tokens=True, clean_up_tokenization_spaces=False))
             for n in range(1, len(ids) + 1)]
-    full = tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-    stop = fmt.stop_offset(full)
-    if stop is not None:
-        keep = next((n for n, end in enumerate(ends, 1) if end >= stop), len(ids))
-        ids, ends = ids[:keep], ends[:keep]
-    starts = [0] + ends[:-1]
-    text = tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-    return ids, list(zip(starts, ends)), text
+    return list(zip([0] + ends[:-1], ends)), tokenizer.decode(ids, skip_special_tokens=True,
+                                                             clean_up_tokenization_spaces=False)
 
 
 @torch.inference_mode()

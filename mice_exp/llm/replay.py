@@ -12,7 +12,8 @@ cost of a prefill -- no decoding loop, no logit lens. Kept in
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -20,7 +21,7 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 
 from mice_exp.cache import read_npz, stable_hash, write_npz
-from mice_exp.llm.capture import layer_states
+from mice_exp.llm.capture import Generation, layer_states, lens_argmax, token_spans
 from mice_exp.errors import UserError
 from mice_exp.llm.model import LLM
 from mice_exp.llm.precision import resolve_dtype
@@ -31,7 +32,46 @@ from mice_exp.llm.stage import LLMStage, prompt_key, shard_arrays
 
 METHOD = "teacher-forced-1"  # how states are replayed; part of their cache key
 NEEDS = ("token_ids", "n_demos", "prompt_hash")  # what a record must keep to be replayed
+#: What a judged record keeps of the actor's: the call as the actor wrote and parsed it, and its label.
+ACTOR_FIELDS = ("pred_api", "pred_args", "parse_error", "label")
 log = logging.getLogger(__name__)
+
+
+def _forward(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
+             logits: bool) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """One teacher-forced forward over a batch of prompt + reply: per row, every layer at the positions that
+    predict each reply token ([max(T,1), L, d], an empty reply keeping the prompt's last position) and, with
+    ``logits``, each reply token's log-probability under the raw logits ([T]). Rows are left-padded as
+    generation pads them (positions counted from each row's first token), so every row's reply ends at the
+    last position and only the last max(T) positions' logits are computed; a lone row is not padded."""
+    counts = [max(len(r), 1) for r in replies]
+    rows = [list(p) + list(r[:n - 1]) for p, r, n in zip(prompts, replies, counts)]
+    width, tail = max(len(r) for r in rows), max(counts)
+    extra = {}
+    ids = torch.tensor([rows[0]], dtype=torch.long)
+    if len(rows) > 1:
+        ids = torch.full((len(rows), width), llm.tokenizer.pad_token_id or 0, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, row in enumerate(rows):
+            ids[b, width - len(row):], mask[b, width - len(row):] = torch.tensor(row, dtype=torch.long), 1
+        extra = {"attention_mask": mask.to(llm.device),
+                 "position_ids": (mask.cumsum(1) - 1).clamp(min=0).to(llm.device)}
+    captured: list[torch.Tensor | None] = [None] * llm.n_layers
+
+    def keep(index: int, hidden: torch.Tensor) -> None:
+        captured[index] = hidden[:, -tail:].to(torch.float32, copy=True)  # not a view pinning [B, S, d]
+
+    with layer_states(llm, keep):
+        out = llm.model(input_ids=ids.to(llm.device), use_cache=False, logits_to_keep=tail if logits else 1, **extra)
+    layers = torch.stack(captured, dim=2)  # [B, tail, L, d]
+    states = [layers[b, tail - n:] for b, n in enumerate(counts)]
+    if not logits:
+        return states, [None] * len(rows)
+    logp = []
+    for b, reply in enumerate(replies):
+        scores = torch.log_softmax(out.logits[b, tail - len(reply):].float(), dim=-1)
+        logp.append(scores.gather(1, torch.tensor(list(reply), dtype=torch.long, device=scores.device)[:, None])[:, 0])
+    return states, logp
 
 
 @torch.inference_mode()
@@ -39,16 +79,39 @@ def replay_states(llm: LLM, prompt: Sequence[int], generated: Sequence[int]) -> 
     """[max(T,1), L, d]: every layer's output (pre-norm) at the positions that predicted each of the T
     generated tokens, as :func:`mice_exp.llm.capture.generate_batch` records them (an empty generation
     keeps the prompt's last position)."""
-    n = max(len(generated), 1)
-    captured: list[torch.Tensor | None] = [None] * llm.n_layers
+    return _forward(llm, [prompt], [generated], logits=False)[0][0].cpu().numpy()
 
-    def keep(index: int, hidden: torch.Tensor) -> None:
-        captured[index] = hidden[0, len(prompt) - 1:].to(torch.float32, copy=True)  # not a view pinning [T, d]
 
-    with layer_states(llm, keep):
-        ids = torch.tensor([list(prompt) + list(generated[:n - 1])], device=llm.device)
-        llm.model(input_ids=ids, use_cache=False, logits_to_keep=1)
-    return torch.stack(captured, dim=1).cpu().numpy()
+def reply_tokens(tokenizer: Any, text: str, ids: Sequence[int] | None = None) -> list[int]:
+    """The tokens a reply is teacher-forced as: ``ids`` (the tokens its LLM generated) where they decode to
+    ``text`` with this tokenizer (the same vocabulary: a model's own call keeps its own tokens, which need not
+    be how the tokenizer would split the text), else ``text`` tokenized."""
+    if ids is not None and token_spans(tokenizer, ids)[1] == text:
+        return list(ids)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+@torch.inference_mode()
+def score_replies(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> list[Generation]:
+    """Each reply's tokens (:func:`reply_tokens`) teacher-forced after its prompt in one forward pass
+    per batch: the :class:`~mice_exp.llm.capture.Generation` that generating it would have captured (its
+    tokens' probabilities under the raw logits, every layer's state and the logit lens of layers 1..L-1 at the
+    positions predicting each token), up to float rounding, with no decoding loop. What scoring a call that
+    someone else proposed (:meth:`mice_exp.gate.Gate.score`) and judging another LLM's records
+    (:func:`judge_records`) run on."""
+    tokenizer, ids = llm.tokenizer, [list(r) for r in replies]
+    states, logp = _forward(llm, prompts, ids, logits=True)
+    n_lens = llm.n_layers - 1
+    lens = lens_argmax(llm, torch.cat([s[:len(r), :n_lens].reshape(-1, s.shape[-1]) for s, r in zip(states, ids)]))
+    out, cursor = [], 0
+    for reply, state, lp in zip(ids, states, logp):
+        offsets, text = token_spans(tokenizer, reply)
+        block = lens[cursor:cursor + len(reply) * n_lens].reshape(len(reply), n_lens).T
+        cursor += len(reply) * n_lens
+        out.append(Generation(token_ids=reply, token_probs=lp.exp().cpu().numpy().astype(np.float64), text=text,
+                              offsets=offsets, lens_ids=block.cpu().numpy().astype(np.int32),
+                              states=state.cpu().numpy()))
+    return out
 
 
 def replay_activations(stage: LLMStage, output: StageOutput) -> dict[str, np.ndarray]:
@@ -90,3 +153,82 @@ def replay_activations(stage: LLMStage, output: StageOutput) -> dict[str, np.nda
             bar.close()
     shards = [read_npz(out / f"shard-{n:05d}.npz") for n in range(len(groups))]
     return {name: np.concatenate([s[name] for s in shards]) for name in ARRAYS}
+
+
+def judge_records(stage: LLMStage, actor: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Another LLM's records file (the actor's) replayed through ``stage``'s LLM (the judge): each call's prompt
+    built as the judge's own stage builds it (its chat template, its prompt settings, the same retrieved
+    demonstrations), the actor's reply teacher-forced as the reply (:func:`score_replies`), so every field the
+    judge reads of its own calls (every layer's lens string, raw confidence = the judge's probability of the
+    call's content tokens, token offsets) is the judge's, while the parsed call and its label are the actor's
+    (the text is the judge's tokens decoded: the actor's, where the judge's tokenizer round-trips it).
+    Returns the header and records of a records file of the usual format (``llm`` is the judge: its hidden
+    states replay with :func:`replay_activations`), whose header also names ``actor`` and ``judge``. Batches
+    are kept in ``<cache>/llm/<judge>-judged-<actor records key>/``: an interrupted replay resumes."""
+    from mice_exp.cache import read_intact, read_json, read_jsonl
+    from mice_exp.llm.publish import written_by
+    from mice_exp.llm.records import read_records_file, read_records_header
+
+    judge = stage.llm["name"]
+    header = read_records_header(actor) if actor.is_file() else {}
+    if header.get("llm") == judge:
+        raise UserError(f"actor={actor} was written by {judge} itself; a judge replays another LLM's records "
+                        f"(expected llm= another LLM than {judge}, or its own records as they are)")
+    settings = {k: v for k, v in stage.made_with().items() if k != "llm"}
+    output = read_records_file(actor, stage.dataset["name"], ("token_ids",), stage.selection.splits, expect=settings)
+    if header.get("judge") is not None:
+        raise UserError(f"actor={actor} is already a judged records file ({header['actor']} judged by "
+                        f"{header['judge']}); expected an LLM's own records")
+    out = stage.paths.llm / f"{judge}-judged-{output.key}"
+    _, examples, demos = stage.context(output)
+    out.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out / ".lock")):
+        done = read_intact(out / "done.json", read_json)
+        if done is None:
+            done = _judge_batches(stage, output, out, examples, demos, header.get("llm"))
+    names = [out / name for name in done["shards"]]
+    judged = {r["id"]: r for name in names for r in read_jsonl(name)}
+    records = [judged[r["id"]] for r in output.records]  # the actor file's order
+    display = f"{header.get('display', header.get('llm'))} judged by {stage.llm.get('display', judge)}"
+    info = {"dataset": stage.dataset["name"], "llm": judge, "display": display, "actor": header.get("llm"),
+            "judge": judge, "actor_records": {"file": actor.name, "key": output.key},
+            "n_layers": done["n_layers"], "hidden_size": done["hidden_size"], "examples": len(records), "sources": [],
+            "stage_key": stage.key(done["device"]) | {"judged": output.key}, "stage_cache": out.name,
+            "written_by": written_by({}, stage.paths.root, f"{header.get('llm')}'s calls judged by {judge}")}
+    return info, records
+
+
+def _judge_batches(stage: LLMStage, output: StageOutput, out: Path, examples: dict[str, Any],
+                   demos: dict[str, list[str]], actor: str | None) -> dict[str, Any]:
+    """:func:`judge_records`' batches, those not yet in ``out`` computed; ``done.json`` says they all are."""
+    from mice_exp.cache import write_json, write_jsonl
+    from mice_exp.llm.records import shard_name
+    from mice_exp.llm.stage import batch_records, batches
+
+    judge = stage.llm["name"]
+    by_id = {r["id"]: r for r in output.records}
+    llm = stage.backend.forward_model()
+    builder = PromptBuilder.from_config(stage.prompt, llm.tokenizer)
+    budget = int(stage.llm["context_window"]) - int(stage.llm["max_new_tokens"])
+    prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget) for i in by_id}
+    fixed = batches(prompts, int(stage.llm["batch_size"]))
+    names = [f"{shard_name(n, len(fixed))}.jsonl" for n in range(len(fixed))]
+    todo = [n for n, name in enumerate(names) if not (out / name).exists()]
+    bar = tqdm(total=len(prompts), initial=len(prompts) - sum(len(fixed[n]) for n in todo),
+               desc=f"{judge} judges {actor}", unit="call")
+    splits = {i: r["split"] for i, r in by_id.items()}
+    for n in todo:
+        batch = fixed[n]
+        gens = score_replies(llm, [prompts[i].ids for i in batch],
+                             [reply_tokens(llm.tokenizer, by_id[i]["text"], by_id[i]["token_ids"]) for i in batch])
+        rows, _ = batch_records(llm.tokenizer, batch, examples, splits, prompts, gens, builder.fmt)
+        for row in rows:
+            if row["text"] != by_id[row["id"]]["text"]:
+                log.warning("%s: %s's tokens of the call decode to %r, not the actor's %r", row["id"], judge,
+                            row["text"][:80], by_id[row["id"]]["text"][:80])
+        write_jsonl(out / names[n], [row | {k: by_id[row["id"]][k] for k in ACTOR_FIELDS} for row in rows])
+        bar.update(len(batch))
+    bar.close()
+    done = {"shards": names, "n_layers": llm.n_layers, "hidden_size": llm.hidden_size, "device": llm.device.type}
+    write_json(out / "done.json", done)
+    return done

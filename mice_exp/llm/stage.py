@@ -118,8 +118,17 @@ def run_batch(llm: Any, batch: Sequence[K], examples: Mapping[K, Example], split
     """Generate one batch with capture, stopping and parsing in the reply format ``fmt``: its records and
     pooled arrays (the stage's and the gate's loop)."""
     gens = generate_batch(llm, [prompts[i].ids for i in batch], max_new_tokens, fmt)
-    lens_text = [llm.tokenizer.batch_decode(g.lens_ids.tolist(), skip_special_tokens=True,
-                                            clean_up_tokenization_spaces=False) for g in gens]
+    return batch_records(llm.tokenizer, batch, examples, splits, prompts, gens, fmt, store_tokens)
+
+
+def batch_records(tokenizer: Any, batch: Sequence[K], examples: Mapping[K, Example], splits: Mapping[K, str],
+                  prompts: Mapping[K, Prompt], gens: Sequence[Generation], fmt: CallFormat,
+                  store_tokens: bool = False) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """The records and pooled arrays of a batch's generations, whether generated (:func:`run_batch`) or
+    teacher-forced (:func:`mice_exp.llm.replay.score_replies`): each layer's lens tokens as text, then
+    :func:`make_record`."""
+    lens_text = [tokenizer.batch_decode(g.lens_ids.tolist(), skip_special_tokens=True,
+                                        clean_up_tokenization_spaces=False) for g in gens]
     records = [make_record(examples[i], splits[i], prompts[i], g, t, fmt) for i, g, t in zip(batch, gens, lens_text)]
     return records, shard_arrays([g.states for g in gens], store_tokens)
 

@@ -178,8 +178,9 @@ class CallFormat(ABC):
         """The first call in ``text``; none (``parse_error`` set) where it does not parse."""
 
     @abstractmethod
-    def write(self, api: str, args: dict[str, Any]) -> str:
-        """The call ``api(**args)`` as a reply in this format."""
+    def write(self, api: str, args: dict[str, Any] | str) -> str:
+        """The call ``api(**args)`` as a reply in this format; ``args`` as JSON text is written verbatim (a
+        proposed call scored as its model wrote it)."""
 
     def demonstration(self, demo: str) -> str:
         """A demonstration's reply in this format: ``demo`` is kept in STE's format (:func:`format_demo`),
@@ -202,7 +203,7 @@ class React(CallFormat):
     def parse(self, text: str) -> ToolCall:
         return parse_call(text)
 
-    def write(self, api: str, args: dict[str, Any]) -> str:
+    def write(self, api: str, args: dict[str, Any] | str) -> str:
         return format_demo(api, args)
 
     def demonstration(self, demo: str) -> str:
@@ -264,8 +265,9 @@ class JsonObject(CallFormat):
             return ToolCall(api.strip(), None, "the call's JSON object has no 'arguments' object")
         return ToolCall(api.strip(), args, None)
 
-    def write(self, api: str, args: dict[str, Any]) -> str:
-        return json.dumps({"name": api, "arguments": args}, ensure_ascii=False)
+    def write(self, api: str, args: dict[str, Any] | str) -> str:
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        return f'{{"name": {json.dumps(api, ensure_ascii=False)}, "arguments": {text}}}'  # json.dumps' own spacing
 
 
 class TaggedJson(JsonObject):
@@ -290,7 +292,7 @@ class TaggedJson(JsonObject):
         ends.append(close + len(self.CLOSE) if close >= 0 else None)
         return min((e for e in ends if e is not None), default=None)
 
-    def write(self, api: str, args: dict[str, Any]) -> str:
+    def write(self, api: str, args: dict[str, Any] | str) -> str:
         return f"{self.OPEN}\n{super().write(api, args)}\n{self.CLOSE}"
 
 

@@ -1,0 +1,134 @@
+"""Gate latency: generate-and-check vs scoring a given call vs one plain forward pass, sequential and concurrent.
+
+On STE's queries of the first ``--apis`` APIs (3: 45 queries), with a saved gate (default: the SmolLM2 STE gate
+of ``experiments/abstention``), per request:
+
+* ``check``: :meth:`Gate.check`, the gate's own call generated greedily with capture, then scored;
+* ``score``: :meth:`Gate.score` of the same call (the gate's own where it made one, else the query's gold
+  call), teacher-forced in one forward pass, then the same features and estimator;
+* ``forward``: one plain forward pass of the gate's LLM over the same prompt and call (no capture, no lens, no
+  features): the floor, since scoring a call cannot be cheaper than one prefill of it.
+
+Sequentially (one request at a time) and 8 concurrent (``--concurrency``: the requests in batches of 8, as a
+server's queue hands them to ``check_batch`` / ``score_batch``, and one padded forward pass of 8 rows), it prints
+p50 / p95 latency per request, throughput, and the ratios the issue asks for (score / forward, score / check at
+p50; concurrent / sequential throughput), with the CPU, torch's threads and the load average at start and end.
+
+    .venv/bin/python benchmarks/gate_latency.py [--gate experiments/abstention/gate-smollm2_135m] [--apis 3]
+        [--limit N] [--concurrency 8]
+
+Time it on a quiet machine (load average < 1.5); ``--limit 2`` checks that it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from mice_exp.compose import as_plain, compose_config
+from mice_exp.data import select_examples
+from mice_exp.gate import Gate
+from mice_exp.paths import PACKAGE_ROOT, paths_from
+
+clock = time.perf_counter
+
+
+def requests(apis: int, limit: int | None) -> list[tuple[list[dict], list[dict], dict]]:
+    """(messages, tools, gold call) of each STE query of the first ``apis`` APIs, in the data set's order."""
+    cfg = as_plain(compose_config([f"dataset.max_apis={apis}"]))
+    examples = select_examples(cfg["dataset"], paths_from(cfg["paths"])).examples[:limit]
+    out = []
+    for e in examples:
+        gold = e.gold["action_input"]
+        arguments = gold if isinstance(gold, str) else json.dumps(gold or {}, ensure_ascii=False)
+        out.append(([{"role": "user", "content": e.query}], e.schemas,
+                    {"type": "function", "function": {"name": e.gold["action"], "arguments": arguments}}))
+    return out
+
+
+def timed(run: Callable[[Sequence[Any]], Any], items: Sequence[Any], size: int) -> tuple[list[float], float]:
+    """Each item's latency (its batch's wall time) and the total wall time, running ``items`` in batches of
+    ``size``."""
+    latencies, start = [], clock()
+    for lo in range(0, len(items), size):
+        tick = clock()
+        run(items[lo:lo + size])
+        latencies += [clock() - tick] * len(items[lo:lo + size])
+    return latencies, clock() - start
+
+
+def plain_forward(llm: Any, rows: Sequence[Sequence[int]]) -> None:
+    """One forward pass over left-padded rows, the last position's logits only: no capture, no lens."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), llm.tokenizer.pad_token_id or 0, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, row in enumerate(rows):
+        ids[b, width - len(row):], mask[b, width - len(row):] = torch.tensor(row), 1
+    with torch.inference_mode():
+        llm.model(input_ids=ids.to(llm.device), attention_mask=mask.to(llm.device),
+                  position_ids=(mask.cumsum(1) - 1).clamp(min=0).to(llm.device), use_cache=False, logits_to_keep=1)
+
+
+def own_call(fmt: Any, decision: Any, gold: dict) -> dict:
+    """The gate's own call as a host would hand it back (its argument JSON as written), or ``gold`` where the
+    gate made none."""
+    if decision.call is None:
+        return gold
+    lo, hi = fmt.spans(decision.text).args
+    return {"type": "function", "function": {"name": decision.call.name, "arguments": decision.text[lo:hi]}}
+
+
+def summary(name: str, latencies: list[float], wall: float) -> dict[str, float]:
+    p50, p95 = np.percentile(latencies, [50, 95])
+    print(f"  {name:8s} p50 {p50:7.3f} s  p95 {p95:7.3f} s  throughput {len(latencies) / wall:6.3f} requests/s")
+    return {"p50": float(p50), "p95": float(p95), "throughput": len(latencies) / wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gate", default=str(PACKAGE_ROOT / "experiments" / "abstention" / "gate-smollm2_135m"))
+    parser.add_argument("--apis", type=int, default=3)
+    parser.add_argument("--limit", type=int, default=None, help="only the first N queries (a check that it runs)")
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+    print(f"load average at start {os.getloadavg()}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{os.cpu_count()} cores")
+    gate = Gate.load(Path(args.gate))
+    gate.warm()
+    items = requests(args.apis, args.limit)
+    print(f"gate {gate.describe()}; {len(items)} queries of the first {args.apis} STE APIs")
+    gate.check(*items[0][:2])  # the first request pays one-off costs (BERTScore's encoder, allocator)
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    for mode, size in (("sequential", 1), (f"{args.concurrency} concurrent", args.concurrency)):
+        print(mode)
+        decisions: list[Any] = []
+        lat, wall = timed(lambda b: decisions.extend(gate.check_batch([(m, t) for m, t, _ in b])), items, size)
+        results.setdefault(mode, {})["check"] = summary("check", lat, wall)
+        fmt, tokenizer = gate.builder().fmt, gate.llm().tokenizer
+        scored = [(m, t, own_call(fmt, d, gold)) for (m, t, gold), d in zip(items, decisions)]
+        lat, wall = timed(gate.score_batch, scored, size)
+        results[mode]["score"] = summary("score", lat, wall)
+        prompts, _ = gate._prompts(gate._chat_examples([(m, t) for m, t, _ in scored]))
+        rows = [prompts[i].ids + tokenizer.encode(fmt.write(c["function"]["name"], c["function"]["arguments"]),
+                                                  add_special_tokens=False) for i, (_, _, c) in enumerate(scored)]
+        lat, wall = timed(lambda b: plain_forward(gate.llm(), b), rows, size)
+        results[mode]["forward"] = summary("forward", lat, wall)
+        r = results[mode]
+        print(f"  score / forward at p50 {r['score']['p50'] / r['forward']['p50']:.2f}x; "
+              f"score / check at p50 {r['score']['p50'] / r['check']['p50']:.2f}x")
+    seq, con = results["sequential"], results[f"{args.concurrency} concurrent"]
+    for name in ("check", "score", "forward"):
+        print(f"{name}: {args.concurrency} concurrent / sequential throughput "
+              f"{con[name]['throughput'] / seq[name]['throughput']:.2f}x")
+    print(f"load average at end {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Gate.score: a call someone else proposed, teacher-forced through the gate's LLM (tiny_random), against Gate.check."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from mice_exp.estimators import MiceLogisticRegression
+from mice_exp.gate import Decision, Gate, InvalidRequest
+from tests.test_gate import WEATHER, ask, fitted  # noqa: F401 - fitted: test_gate's saved tiny_random gate
+
+CALL = {"type": "function", "id": "call_1", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+
+
+class Steer(LogitsProcessor):
+    """Steers decoding to a fixed reply's tokens. The capture reads each step's raw logits (before any
+    processor), so the probabilities recorded are the model's own; only which token comes next is chosen."""
+
+    def __init__(self, reply: list[int]) -> None:
+        self.reply, self.start = reply, None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.start = input_ids.shape[1] if self.start is None else self.start
+        step = input_ids.shape[1] - self.start
+        forced = torch.full_like(scores, -float("inf"))
+        forced[:, self.reply[min(step, len(self.reply) - 1)]] = 0.0
+        return forced
+
+
+@pytest.fixture
+def gate(fitted, tiny_llm):
+    gate = Gate.load(fitted[0], llm=tiny_llm)
+    gate.llm_cfg["max_new_tokens"] = 32  # room for a whole call (the fixture's gate generates 6 tokens)
+    fs = fitted[2]  # a softer estimator than the fixture's (C=1e6 says 0 or 1): a probability that features move
+    gate.estimator = MiceLogisticRegression(C=0.05).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
+    return gate
+
+
+def test_scoring_the_gate_s_own_call_gives_check_s_probability(gate, tiny_llm, monkeypatch):
+    """tiny_random's greedy replies hold no call, so its decoding is steered to one (:class:`Steer`); check captures
+    while decoding (KV-cached), score in one teacher-forced pass: the same numbers up to float rounding."""
+    reply = gate.builder().fmt.write("get_weather", '{"city": "Paris"}')
+    steer = Steer(tiny_llm.tokenizer.encode(reply, add_special_tokens=False))
+    generate = tiny_llm.model.generate
+    with monkeypatch.context() as patch:
+        patch.setattr(tiny_llm.model, "generate",
+                      lambda **kw: generate(**kw, logits_processor=LogitsProcessorList([steer])))
+        checked = gate.check(ask("What's the weather in Paris?"), [WEATHER])
+    assert checked.text == reply and checked.call is not None and checked.call.arguments == {"city": "Paris"}
+    scored = gate.score(ask("What's the weather in Paris?"), [WEATHER], CALL)
+    assert isinstance(scored, Decision) and scored.call == checked.call and scored.reason is None
+    assert 0.01 < checked.probability < 0.99
+    assert scored.probability == pytest.approx(checked.probability, abs=1e-5)
+    assert scored.arguments.keys() == checked.arguments.keys() == {"city"}
+    assert scored.arguments["city"] == pytest.approx(checked.arguments["city"], rel=1e-4)
+    assert (scored.prompt_tokens, scored.completion_tokens) == (checked.prompt_tokens, checked.completion_tokens)
+    assert scored.execute == (scored.probability > 0.5)
+
+
+def test_a_batch_scores_each_call_as_alone(gate):
+    calls = [(ask("Weather in Rome?"), [WEATHER], CALL),
+             (ask("And in Oslo?"), [WEATHER], {"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}})]
+    batch = gate.score_batch(calls, tau=0.0)
+    alone = [gate.score(*call, tau=0.0) for call in calls]
+    assert [d.call.arguments for d in batch] == [{"city": "Paris"}, {"city": "Oslo", "days": 2}]
+    assert [d.execute for d in batch] == [True, True] and {d.tau for d in batch} == {0.0}
+    # left-padded rows in one pass vs one row per pass: float rounding only
+    np.testing.assert_allclose([d.probability for d in batch], [d.probability for d in alone], atol=1e-5)
+    for mine, its in zip(batch, alone):
+        assert mine.arguments.keys() == its.arguments.keys()
+        np.testing.assert_allclose(list(mine.arguments.values()), list(its.arguments.values()), rtol=1e-4)
+    assert batch[0].arguments["city"] != batch[1].arguments["city"]  # each row its own call
+
+
+@pytest.mark.parametrize("arguments, reason", [
+    ('{"days": 2}', "the call to 'get_weather' lacks the required argument 'city'"),
+    ('{"city": 7}', "the call to 'get_weather' has city=7: expected string"),
+    ('{"city": "Paris", "days": true}', "has days=true: expected integer"),
+    ('{"city": "Par', "the arguments of 'get_weather' are not valid JSON"),
+    ('["Paris"]', "the arguments of 'get_weather' are list; expected a JSON object"),
+])
+def test_arguments_that_do_not_match_the_schema_are_scored_but_never_executed(gate, arguments, reason):
+    decision = gate.score(ask("Weather in Paris?"), [WEATHER], {"name": "get_weather", "arguments": arguments}, tau=0.0)
+    assert not decision.execute and decision.call is None and reason in decision.reason
+    assert 0.0 <= decision.probability <= 1.0 and decision.arguments == {}
+
+
+def test_a_tool_not_offered_is_answered_not_raised(gate):
+    decision = gate.score(ask("Weather in Paris?"), [WEATHER], {"name": "send_email", "arguments": "{}"}, tau=0.0)
+    assert not decision.execute and decision.call is None
+    assert decision.reason == "the call names 'send_email', which is not among the tools offered (get_weather)"
+
+
+@pytest.mark.parametrize("call, param, message", [
+    ({"type": "function", "id": "call_1"}, "call.function", "call has no 'function' object"),
+    ("get_weather(city='Paris')", "call", "expected a tool call"),
+    ({"function": {"arguments": "{}"}}, "call.function.name", "call.function.name is None; expected the name of"),
+    ({"name": "get_weather", "arguments": 3}, "call.arguments", "call.arguments is 3; expected a JSON object"),
+])
+def test_a_malformed_call_is_one_line_naming_its_param(gate, call, param, message):
+    with pytest.raises(InvalidRequest, match=re.escape(message)) as info:
+        gate.score(ask("q"), [WEATHER], call)
+    assert info.value.param == param and info.value.status == 400 and "\n" not in str(info.value)
+
+
+def test_a_bad_request_in_a_batch_is_named_and_nothing_runs(gate, monkeypatch):
+    from mice_exp.llm import replay
+
+    monkeypatch.setattr(replay, "score_replies", lambda *a: pytest.fail("nothing is scored"))
+    with pytest.raises(InvalidRequest, match=r"^request #1: messages\[0\].content: expected the user's text$"):
+        gate.score_batch([(ask("q"), [WEATHER], CALL), ([{"role": "user", "content": ""}], [WEATHER], CALL)])
+    with pytest.raises(InvalidRequest, match=r"^request #0: call has no 'function' object"):
+        gate.score_batch([(ask("q"), [WEATHER], {"type": "function"}), (ask("q"), [WEATHER], CALL)])
+
+
+def test_a_call_longer_than_the_context_window_is_refused_before_the_forward_pass(gate, monkeypatch):
+    from mice_exp.llm import replay
+
+    monkeypatch.setattr(replay, "score_replies", lambda *a: pytest.fail("nothing is scored"))
+    long = {"name": "get_weather", "arguments": json.dumps({"city": "Paris " * 9000})}
+    with pytest.raises(InvalidRequest, match=r"^the call is \d+ tokens after a prompt of \d+; tiny_random's context "
+                                             r"window holds 8192 \(llm.context_window\)") as info:
+        gate.score(ask("Weather?"), [WEATHER], long)
+    assert info.value.code == "context_length_exceeded"
