@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 
 import pytest
 from agents import Agent, AgentsException, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
@@ -25,7 +26,8 @@ from langgraph.types import Command
 from openai import AsyncOpenAI
 
 from mice_exp.errors import UserError
-from mice_exp.gate import Gate
+from mice_exp.gate import Gate, chat
+from mice_exp.gate.serve import open_server
 from mice_exp.hosts import GateScorer, HttpScorer, Scorer, scorer
 from mice_exp.hosts.langchain_middleware import GateMiddleware
 from mice_exp.hosts.openai_agents import GateGuard
@@ -44,8 +46,9 @@ TASK = [("call", "get_date", {"city": "Paris"}), ("call", "add_days", {"date": "
 
 @pytest.fixture(scope="module")
 def gate(request, tiny_llm):
-    if not hasattr(Gate, "score_batch"):
-        pytest.skip("Gate.score_batch (issue 38 item 1) has not landed: the hosts score calls another model made")
+    if not (hasattr(Gate, "score_batch") and hasattr(chat, "conversation")):  # both in flight as this is written
+        pytest.skip("Gate.score_batch (issue 38 item 1) and whole conversations (issue 39 item 1) have not both "
+                    "landed: the hosts score calls another model made, after earlier calls and their results")
     return Gate.load(request.getfixturevalue("fitted")[0], llm=tiny_llm)
 
 
@@ -95,14 +98,14 @@ def assert_the_gate_saw_the_whole_conversation(seen: list[tuple]) -> None:
 
 
 # ---------------------------------------------------------------------- OpenAI Agents SDK
-def run_agents_sdk(gate: Scorer, hook: str, approve: bool = False):
+def run_agents_sdk(gate: Scorer, hook: str, approve: bool = False, task: list = TASK):
     """The task through ``Runner.run_sync``, guarded by ``gate``; ``hook`` is how held calls are stopped:
     ``tool_input_guardrails`` (blocked) or ``needs_approval`` (a person is asked; ``approve`` says yes to each)."""
     ran, asked = [], []
     guard = GateGuard(gate)
     hooked = {"tool_input_guardrails": [guard.guardrail]} if hook == "tool_input_guardrails" else {
         "needs_approval": guard.needs_approval}
-    with ScriptedModel(TASK) as model:
+    with ScriptedModel(task) as model:
         agent = Agent(name="assistant", instructions=SYSTEM, tools=[function_tool(f, **hooked) for f in task_tools(ran)],
                       model=OpenAIChatCompletionsModel("scripted", AsyncOpenAI(base_url=model.url, api_key="-")))
         result = Runner.run_sync(agent, QUESTION, hooks=guard.hooks)
@@ -156,7 +159,8 @@ def test_agents_sdk_refuses_a_run_without_the_guards_hooks(gate):
 
 
 # ---------------------------------------------------------------------- LangChain
-def run_langchain(gate: Scorer, review: bool = False, approve: bool = False, use_async: bool = False):
+def run_langchain(gate: Scorer, review: bool = False, approve: bool = False, use_async: bool = False,
+                  task: list = TASK):
     """The task through ``create_agent``, guarded by ``gate``: held calls blocked, or (``review``) asked about,
     each approved if ``approve``; ``use_async`` runs it with ``ainvoke`` (the middleware's async hooks)."""
     ran, asked = [], []
@@ -164,7 +168,7 @@ def run_langchain(gate: Scorer, review: bool = False, approve: bool = False, use
     tools = [tool(f) for f in task_tools(ran)]
     middleware = [guard, guard.review(tools)] if review else [guard]
     config = {"configurable": {"thread_id": "task"}}
-    with ScriptedModel(TASK) as model:
+    with ScriptedModel(task) as model:
         chat = ChatOpenAI(model="scripted", base_url=model.url, api_key="-", max_retries=0)
         agent = create_agent(chat, tools, system_prompt=SYSTEM, middleware=middleware, checkpointer=InMemorySaver())
         question = {"messages": [{"role": "user", "content": QUESTION}]}
@@ -208,6 +212,39 @@ def test_langchain_asks_about_a_held_call_and_runs_it_once_approved(gate):
 
 
 # ---------------------------------------------------------------------- what both share
+MISFIT = [("call", "get_date", {"town": "Paris"}), ("answer", "I could not get the date.")]
+
+
+def test_a_call_that_does_not_fit_its_tools_schema_is_blocked_at_any_threshold(gate):
+    result, _, ran, _, requests = run_agents_sdk(GateScorer(gate, 0.0), "tool_input_guardrails", task=MISFIT)
+    assert ran == [] and result.final_output == MISFIT[1][1]
+    (why,) = tool_turns(requests[-1])
+    assert why.startswith("The confidence gate refused the call to get_date (") and "'city'" in why
+    result, ran, _, requests = run_langchain(GateScorer(gate, 0.0), task=MISFIT)
+    assert ran == [] and tool_turns(requests[-1]) == [why]
+
+
+@pytest.fixture(scope="module")
+def served(gate):
+    """``mice-exp serve`` on the same gate, in a thread on 127.0.0.1."""
+    server = open_server(gate, quiet=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("tau", [0.0, 1.0])
+def test_over_http_a_guard_gets_the_verdicts_it_gets_in_process(gate, served, tau):
+    _, remote, ran, _, _ = run_agents_sdk(HttpScorer(served.url, tau), "tool_input_guardrails")
+    _, local, ran_locally, _, _ = run_agents_sdk(GateScorer(gate, tau), "tool_input_guardrails")
+    assert ran == ran_locally == (["get_date", "add_days"] if tau == 0.0 else [])
+    assert remote.verdicts.keys() == local.verdicts.keys() == {"call_1", "call_2"}
+    for call_id, verdict in remote.verdicts.items():
+        assert verdict.probability == pytest.approx(local.verdicts[call_id].probability, abs=1e-6)
+        assert (verdict.execute, verdict.tau) == (local.verdicts[call_id].execute, tau)
+
+
 def test_the_hosts_package_imports_without_torch():
     code = "import sys, mice_exp.hosts.openai_agents, mice_exp.hosts.langchain_middleware; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE_ROOT)
