@@ -86,6 +86,8 @@ def build_object(node: Mapping[str, Any], group: str, kind: type, labels: Mappin
     try:
         built = instantiate(params, _convert_="all")
     except InstantiationException as error:
+        if isinstance(error.__cause__, UserError):  # the object's own one line about its settings
+            raise error.__cause__ from None
         reason = " ".join(str(error).replace(", set env var HYDRA_FULL_ERROR=1 to see chained exception", "").split())
         raise UserError(f"{group}._target_={target!r}: {reason}; expected a class of mice_exp ({choose})") from None
     if not isinstance(built, kind):

@@ -60,10 +60,6 @@ DEMO_TOOLS_RULE: Rule = (lambda v: v in DEMO_TOOLS, f"one of {', '.join(DEMO_TOO
 DEMO_MIX: Rule = (lambda v: v in DEMO_MIXES, f"one of {', '.join(DEMO_MIXES)}")
 SPLITS: Rule = (lambda v: v is None or (isinstance(v, list) and bool(v) and set(v) <= set(SPLIT_NAMES)),
                 f"null or a non-empty list of {', '.join(SPLIT_NAMES)}")
-BFCL_CATEGORIES = ("simple_python", "multiple", "live_simple", "live_multiple",  # data.bfcl.CATEGORIES
-                   "irrelevance", "live_irrelevance", "live_relevance")
-CATEGORIES: Rule = (lambda v: isinstance(v, list) and bool(v) and set(v) <= set(BFCL_CATEGORIES),
-                    f"a non-empty list of {', '.join(BFCL_CATEGORIES)}")
 OPTIONAL_TEXT: Rule = (lambda v: v is None or (isinstance(v, str) and bool(v.strip())), "null or a non-empty string")
 
 #: Dotted key -> rule; a key absent from the composed config (another group's option) is skipped.
@@ -87,7 +83,6 @@ RULES: dict[str, Rule] = {
     "prompt.demo_mix": DEMO_MIX,
     "prompt.no_call_note": OPTIONAL_TEXT,
     "dataset.seed": INTEGER,
-    "dataset.categories": CATEGORIES,
     "dataset.max_apis": OPTIONAL_POSITIVE_INT,
     "dataset.max_per_api": OPTIONAL_POSITIVE_INT,
     "features.components": POSITIVE_INT,

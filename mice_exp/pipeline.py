@@ -17,7 +17,7 @@ import numpy as np
 
 from mice_exp.compose import as_plain
 from mice_exp.config import check_config, check_data, used_baselines
-from mice_exp.data import Example, Selection, demo_pool
+from mice_exp.data import Example, Selection, demo_pool, make_dataset
 from mice_exp.errors import UserError
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.records import StageOutput
@@ -67,7 +67,7 @@ class Pipeline:
         used = [k for k in used_baselines(cfg["estimator"], baselines, named) if k in baselines]
         cfg = {**cfg, "llm": llm_cfg, "baselines": {k: baselines[k] for k in used}}  # the caller's is left as it was
         paths = paths or paths_from(cfg["paths"])
-        stage = LLMStage(cfg["dataset"], cfg["prompt"], cfg["llm"], cfg["retrieval"], paths,
+        stage = LLMStage(make_dataset(cfg["dataset"]), cfg["prompt"], cfg["llm"], cfg["retrieval"], paths,
                          LazyLLM(cfg["llm"], paths.models, llm))
         return cls(config=cfg, paths=paths, stage=stage, sources=cfg["sources"],
                    view=make_view(cfg["features"], paths.features, int(cfg["seed"])),
@@ -79,7 +79,7 @@ class Pipeline:
     def check_data(self) -> Selection:
         """The run's examples, checked for what only the data can tell (:func:`mice_exp.config.check_data`)."""
         selection = self.stage.selection
-        check_data(selection, self.stage.dataset["split"], self.stage.prompt.get("tools", "text"), self.protocol.name,
+        check_data(selection, self.stage.dataset.split, self.stage.prompt.get("tools", "text"), self.protocol.name,
                    self.estimates)
         return selection
 

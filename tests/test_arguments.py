@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+from mice_exp.data.bfcl import BFCL_AST
+from mice_exp.data.labels import EXACT_MATCH
 from mice_exp.data.records import Example
 from mice_exp.features.arguments import (
     answer_arguments,
@@ -71,7 +73,8 @@ def test_the_api_name_has_its_own_confidence() -> None:
 
 def ste(id_: str) -> Example:
     return Example(id=id_, dataset="ste", api="get_weather", query="q", tools="t", tool_names=("get_weather",),
-                   gold={"action": "get_weather", "action_input": {"city": "Paris", "days": 3}}, demo="")
+                   gold={"action": "get_weather", "action_input": {"city": "Paris", "days": 3}}, demo="",
+                   labels=EXACT_MATCH)
 
 
 def test_pooled_scores_rank_argument_errors_and_localize_the_wrong_argument() -> None:
@@ -96,7 +99,7 @@ def bfcl(id_: str) -> Example:
                            "required": ["base"]},
             "possible_answer": {"base": [10], "unit": ["units", ""]}}
     return Example(id=id_, dataset="bfcl", api="simple_python", query="q", tools="t", tool_names=("area.calc",),
-                   gold=gold, demo="")
+                   gold=gold, demo="", labels=BFCL_AST)
 
 
 def test_bfcl_arguments_are_labelled_by_its_per_parameter_rules() -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mice_exp.config import check_config
+from mice_exp.data import make_dataset
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_batch
 from mice_exp.llm.records import read_stage
@@ -53,7 +54,7 @@ def test_hf_is_the_capture_itself(tmp_path, tiny_llm):
 
 def test_the_hf_key_is_the_key_every_cache_was_made_with(tmp_path):
     def key(cfg: dict) -> dict:  # the stage itself: a vllm config is refused where vllm is not installed
-        return LLMStage(cfg["dataset"], cfg["prompt"], cfg["llm"], cfg["retrieval"], paths_in(tmp_path)).key("cpu")
+        return LLMStage(make_dataset(cfg["dataset"]), cfg["prompt"], cfg["llm"], cfg["retrieval"], paths_in(tmp_path)).key("cpu")
 
     assert "backend" not in key(tiny_cfg())["llm"]
     assert key(tiny_cfg(**{"llm.backend": "vllm"}))["llm"]["backend"] == "vllm"

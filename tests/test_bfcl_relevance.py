@@ -12,11 +12,10 @@ from collections import Counter
 
 import pytest
 
-from mice_exp import config
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.config import check_values
-from mice_exp.data import Selection, demo_pool, load_dataset
-from mice_exp.data.bfcl import CALL_CATEGORIES, CATEGORIES, NO_CALL_DEMO, RELEVANCE_CATEGORIES, load_bfcl
+from mice_exp.data import Selection, demo_pool, make_dataset
+from mice_exp.data.bfcl import BFCL_AST, CALL_CATEGORIES, CATEGORIES, NO_CALL_DEMO, RELEVANCE_CATEGORIES, load_bfcl
 from mice_exp.data.labels import argument_labels, call_expected, gold_api, is_correct
 from mice_exp.data.records import Example
 from mice_exp.data.splits import assign_splits
@@ -25,7 +24,7 @@ from mice_exp.features.arguments import argument_metrics
 from mice_exp.llm.prompt import PromptBuilder, load_template, system_prompt
 from mice_exp.llm.stage import prompt_key
 from mice_exp.llm.toolcall import parse_call
-from mice_exp.paths import PACKAGE_ROOT
+from mice_exp.paths import PACKAGE_ROOT, Paths
 
 BFCL_NOTE = "If none of the functions can be used, point it out."
 RELEVANCE = list(RELEVANCE_CATEGORIES)
@@ -79,7 +78,7 @@ def test_a_query_with_a_system_message_keeps_it_first(relevance):
 def test_old_and_new_categories_load_together_and_split_per_category(tmp_path):
     cfg = {"name": "bfcl", "categories": ["simple_python", "live_relevance", "irrelevance"],
            "split": {"train": 50, "validation": 20, "test": 30}, "seed": 0}
-    mixed = load_dataset(cfg, PACKAGE_ROOT, tmp_path)
+    mixed = make_dataset(cfg | {"_target_": "mice_exp.data.bfcl.Bfcl"}).load(Paths(root=PACKAGE_ROOT, cache=tmp_path))
     assert Counter(e.api for e in mixed) == {"simple_python": 400, "live_relevance": 16, "irrelevance": 240}
     splits = assign_splits(mixed, cfg["split"], 0)
     alone = load_bfcl(["simple_python"])
@@ -101,14 +100,11 @@ def test_live_relevance_is_never_a_demonstration(relevance):
 def test_unknown_categories_are_one_line_listing_the_choices():
     with pytest.raises(UserError, match=r"unknown category 'relevance'.*'live_irrelevance', 'live_relevance'\]$"):
         load_bfcl(["irrelevance", "relevance"])
-    with pytest.raises(UserError, match=r"^dataset\.categories=\['parallel'\]; expected a non-empty list of "
-                                        r"simple_python, .*, live_relevance$"):
-        check_values(as_plain(compose_config(["dataset=bfcl", "dataset.categories=[parallel]"])))
-    check_values(as_plain(compose_config(["dataset=bfcl", f"dataset.categories=[{','.join(CATEGORIES)}]"])))
-
-
-def test_the_categories_a_config_may_list_are_the_loader_s():
-    assert config.BFCL_CATEGORIES == CATEGORIES == CALL_CATEGORIES + tuple(RELEVANCE_CATEGORIES)
+    with pytest.raises(UserError, match=r"^dataset\.categories: unknown category 'parallel'; expected some of "
+                                        r"\['simple_python', .*, 'live_relevance'\]$"):  # before anything loads
+        make_dataset(as_plain(compose_config(["dataset=bfcl", "dataset.categories=[parallel]"]))["dataset"])
+    make_dataset(as_plain(compose_config(["dataset=bfcl", f"dataset.categories=[{','.join(CATEGORIES)}]"]))["dataset"])
+    assert CATEGORIES == CALL_CATEGORIES + tuple(RELEVANCE_CATEGORIES)
 
 
 # --- labels ----------------------------------------------------------------------------
@@ -116,7 +112,7 @@ def test_the_categories_a_config_may_list_are_the_loader_s():
 
 def example(call_expected_: bool) -> Example:
     return Example(id="bfcl/x/0", dataset="bfcl", api="x", query="q", tools="[]", tool_names=("some_tool",),
-                   gold={"call_expected": call_expected_}, demo="")
+                   gold={"call_expected": call_expected_}, demo="", labels=BFCL_AST)
 
 
 IRRELEVANCE, LIVE_RELEVANCE = example(False), example(True)
@@ -148,7 +144,7 @@ def test_the_call_categories_keep_their_labels():
     gold = {"name": "f", "parameters": {"properties": {"x": {"type": "integer"}}, "required": ["x"]},
             "possible_answer": {"x": [1]}}
     call = Example(id="bfcl/simple_python/0", dataset="bfcl", api="simple_python", query="q", tools="[]",
-                   tool_names=("f",), gold=gold, demo="")
+                   tool_names=("f",), gold=gold, demo="", labels=BFCL_AST)
     assert call_expected(call) is None and gold_api(call) == "f"
     assert label(call, 'Action: f\nAction Input: {"x": 1}') == 1
     assert label(call, 'Action: g\nAction Input: {"x": 1}') == 0

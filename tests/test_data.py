@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from mice_exp.data import load_dataset
-from mice_exp.data.bfcl import CALL_CATEGORIES, load_bfcl
 from mice_exp.cache import file_sha256
+from mice_exp.compose import as_plain, compose_config
+from mice_exp.data import Example, make_dataset
+from mice_exp.data.bfcl import CALL_CATEGORIES, load_bfcl
 from mice_exp.data.jsonl import load_jsonl
 from mice_exp.data.labels import argument_labels, is_correct
 from mice_exp.data.ste import SHARED_RELATIVE_PATH, load_ste, resolve_ste_path
 from mice_exp.errors import UserError
+from mice_exp.paths import Paths
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -32,6 +34,11 @@ def dataset_cfg(name: str, **overrides: object) -> dict:
     cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "dataset" / f"{name}.yaml"))
     cfg.update(overrides)
     return cfg
+
+
+def load_dataset(cfg: dict, root: Path, cache: Path) -> list[Example]:
+    """The examples the data set a ``conf/dataset`` node names selects."""
+    return make_dataset(cfg).select(Paths(root=root, cache=cache)).examples
 
 
 def parse_demo(demo: str) -> tuple[str, dict]:
@@ -230,12 +237,15 @@ def test_a_first_look_at_each_bfcl_category_keeps_its_first_calls(tmp_path: Path
 
 
 def test_load_dataset_config_errors(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match=r"dataset\.path is not set"):
-        load_dataset(OmegaConf.load(ROOT / "conf" / "dataset" / "jsonl.yaml"), ROOT, tmp_path)
-    with pytest.raises(UserError, match=r"dataset\.name='csv': expected one of"):
+    with pytest.raises(UserError, match=r"^dataset=jsonl needs dataset\.path=FILE\.jsonl"):
+        as_plain(compose_config(["dataset=jsonl"]))
+    with pytest.raises(UserError, match=r"^dataset has no _target_; .*dataset=bfcl\|bfcl_relevance\|"):
         load_dataset({"name": "csv"}, ROOT, tmp_path)
-    with pytest.raises(UserError, match=r"dataset\.url is not set"):
-        load_dataset({"name": "ste", "path": None}, tmp_path, tmp_path)
+    with pytest.raises(UserError, match=r"^dataset\._target_='mice_exp\.data\.ste\.Ste': .*'url'"):
+        load_dataset({"name": "ste", "_target_": "mice_exp.data.ste.Ste", "path": None, "split": {}}, tmp_path, tmp_path)
+    with pytest.raises(UserError, match=r"^dataset\.name='bfcl', but dataset\._target_=mice_exp\.data\.ste\.Ste is "
+                                        r"the 'ste' dataset"):
+        load_dataset(dataset_cfg("ste") | {"name": "bfcl"}, ROOT, tmp_path)
     with pytest.raises(UserError, match=r"dataset\.path: cannot read .*nope\.jsonl"):
         load_dataset(dataset_cfg("jsonl", path="nope.jsonl"), ROOT, tmp_path)
     with pytest.raises(UserError, match=r"dataset\.apis: unknown API 'wether'.*'weather'"):

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mice_exp.data.records import Example
+from mice_exp.data.bfcl import NO_CALL_DEMO
+from mice_exp.data.records import Example, format_demo
 from mice_exp.data.retrieval import PoolEncoder, SentenceEncoder, rank_demos
 from mice_exp.errors import UserError
 
@@ -98,9 +99,10 @@ def test_a_balanced_mix_shows_as_many_declines_as_calls_in_similarity_order(enco
     decline. prompt.demo_mix=balanced takes the nearest declining and the nearest calling ones instead;
     calling takes calling ones only, so that declining must come from the instructions and tools."""
     def bfcl(key: str, query: str, call_expected: bool | None) -> Example:
+        """A declining example's demonstration makes no call (what the mix reads, so a gate's pool tells it too)."""
         gold = {} if call_expected is None else {"call_expected": call_expected}
         return Example(id=f"bfcl/x/{key}", dataset="bfcl", api="x", query=query, tools="", tool_names=("x",),
-                       gold=gold, demo="d")
+                       gold=gold, demo=NO_CALL_DEMO if call_expected is False else format_demo("x", {}))
 
     declining = [bfcl(k, q, False) for k, q in (("d1", "What is the integral of x^2 from 0 to 3?"),
                                                 ("d2", "Integrate x^3 between 1 and 5."),

@@ -30,10 +30,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mice_exp.data.bfcl_checker import NESTED_TYPES
-from mice_exp.data.records import Example, format_demo
+from mice_exp.data.bfcl_checker import NESTED_TYPES, check_argument, check_call
+from mice_exp.data.dataset import Dataset
+from mice_exp.data.labels import made_call
+from mice_exp.data.records import Example, Labels, format_demo
 from mice_exp.errors import UserError
 from mice_exp.packages import package_dir
+from mice_exp.paths import Paths
 
 # Categories with one expected call, checked by BFCL's Python AST rules.
 CALL_CATEGORIES = ("simple_python", "multiple", "live_simple", "live_multiple")
@@ -50,12 +53,69 @@ NO_CALL_DEMO = "None of the given tools can answer this query, so no tool is cal
 NO_DEMO = ""
 
 
+class BfclAst(Labels):
+    """BFCL's own rules: the single-call categories by its Python AST checker (:mod:`mice_exp.data.bfcl_checker`),
+    the relevance categories (gold ``{"call_expected": bool}``) only by whether a call parsed, whatever its name
+    and arguments: irrelevance is right iff none did, live_relevance iff one did (the module docstring)."""
+
+    def is_correct(self, example: Example, api: str | None, args: dict[str, Any] | None) -> bool:
+        called = made_call(api, args)
+        if (expected := self.call_expected(example)) is not None:
+            return called == expected
+        return called and check_call(example.gold, api, args)
+
+    def argument_labels(self, example: Example, args: dict[str, Any]) -> dict[str, bool]:
+        """Each argument by the checker's per-parameter rules; none where there is no gold call."""
+        if self.call_expected(example) is not None:
+            return {}
+        return {name: check_argument(example.gold, name, value) for name, value in args.items()}
+
+    def gold_api(self, example: Example) -> str | None:
+        return example.gold.get("name")
+
+    def call_expected(self, example: Example) -> bool | None:
+        return example.gold.get("call_expected")
+
+
+#: BFCL's rules, for examples loaded outside a :class:`Bfcl` data set (:func:`load_bfcl` called alone).
+BFCL_AST = BfclAst()
+
+
+class Bfcl(BfclAst, Dataset):
+    """BFCL's single-call and relevance categories (``conf/dataset/bfcl.yaml``, ``bfcl_relevance.yaml``); each
+    category is one "API", the stratum for splits and leave-one-API-out."""
+
+    name = "bfcl"
+
+    def __init__(self, categories: Sequence[str], **common: Any) -> None:
+        super().__init__(**common)
+        self.categories = check_categories(categories)
+
+    def load(self, paths: Paths) -> list[Example]:
+        return load_bfcl(self.categories, self)
+
+    def source(self) -> str:
+        return f"dataset.categories={self.categories}"
+
+
+def check_categories(categories: Any) -> list[str]:
+    """``dataset.categories``: a non-empty list of distinct :data:`CATEGORIES`, checked before anything loads."""
+    if isinstance(categories, str) or not isinstance(categories, Sequence) or not categories:
+        raise UserError(f"dataset.categories={categories!r}: expected a non-empty list of {list(CATEGORIES)}")
+    for category in categories:
+        if category not in CATEGORIES:
+            raise UserError(f"dataset.categories: unknown category {category!r}; expected some of {list(CATEGORIES)}")
+    if len(set(categories)) != len(categories):
+        raise UserError(f"dataset.categories={list(categories)!r} lists a category twice")
+    return list(categories)
+
+
 def bfcl_data_dir() -> Path:
     """The ``data`` folder of the installed bfcl-eval package."""
     return package_dir("bfcl_eval", "bfcl-eval", "the BFCL data") / "data"
 
 
-def load_bfcl(categories: Sequence[str]) -> list[Example]:
+def load_bfcl(categories: Sequence[str], labels: Labels = BFCL_AST) -> list[Example]:
     """Examples of ``categories`` in the given order, each in file order.
 
     ``api`` is the category. The query joins the turn's messages (a system message
@@ -73,23 +133,18 @@ def load_bfcl(categories: Sequence[str]) -> list[Example]:
     docstring); the four live_irrelevance entries that offer no function at all (120-123)
     are kept, as in BFCL: their tools read ``[]`` and any call is wrong.
     """
-    if isinstance(categories, str) or not categories:
-        raise UserError(f"dataset.categories={categories!r}: expected a non-empty list of {list(CATEGORIES)}")
-    for category in categories:
-        if category not in CATEGORIES:
-            raise UserError(f"dataset.categories: unknown category {category!r}; expected some of {list(CATEGORIES)}")
-    if len(set(categories)) != len(categories):
-        raise UserError(f"dataset.categories={list(categories)!r} lists a category twice")
+    categories = check_categories(categories)
     folder = bfcl_data_dir()
     examples = []
     for category in categories:
         questions = _read_json_lines(folder / f"{FILE_PREFIX}{category}.json")
         if category in RELEVANCE_CATEGORIES:  # no possible-answer file
-            made = (_relevance_example(category, index, entry) for index, entry in enumerate(questions))
+            made = (_relevance_example(category, index, entry, labels) for index, entry in enumerate(questions))
         else:
             answer_file = folder / "possible_answer" / f"{FILE_PREFIX}{category}.json"
             answers = {a["id"]: a["ground_truth"] for a in _read_json_lines(answer_file)}
-            made = (_example(category, index, entry, answers[entry["id"]]) for index, entry in enumerate(questions))
+            made = (_example(category, index, entry, answers[entry["id"]], labels)
+                    for index, entry in enumerate(questions))
         examples += [example for example in made if example is not None]
     return examples
 
@@ -106,7 +161,8 @@ def _read_json_lines(path: Path) -> list[dict[str, Any]]:
         raise UserError(f"{path}: line {error.lineno} is not valid JSON ({error.msg})") from error
 
 
-def _example(category: str, index: int, entry: dict[str, Any], ground_truth: list[dict[str, Any]]) -> Example | None:
+def _example(category: str, index: int, entry: dict[str, Any], ground_truth: list[dict[str, Any]],
+             labels: Labels) -> Example | None:
     """One Example, or None when the gold can never be met (see :func:`load_bfcl`)."""
     ((name, possible),) = ground_truth[0].items()  # these categories expect exactly one call
     functions = entry["function"]
@@ -123,10 +179,11 @@ def _example(category: str, index: int, entry: dict[str, Any], ground_truth: lis
         tool_names=tuple(f["name"] for f in functions),
         gold={"name": name, "parameters": parameters, "possible_answer": possible},
         demo=format_demo(name, canonical_arguments(parameters, possible)),
+        labels=labels,
     )
 
 
-def _relevance_example(category: str, index: int, entry: dict[str, Any]) -> Example | None:
+def _relevance_example(category: str, index: int, entry: dict[str, Any], labels: Labels) -> Example | None:
     """One Example of a relevance category, or None when its question holds an assistant message."""
     (turn,) = entry["question"]  # these categories are single-turn
     if any(message["role"] == "assistant" for message in turn):
@@ -142,6 +199,7 @@ def _relevance_example(category: str, index: int, entry: dict[str, Any]) -> Exam
         tool_names=tuple(f["name"] for f in functions),
         gold={"call_expected": call_expected},
         demo=NO_DEMO if call_expected else NO_CALL_DEMO,
+        labels=labels,
     )
 
 

@@ -13,13 +13,35 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mice_exp.data.records import Example, format_demo
+from mice_exp.data.dataset import Dataset
+from mice_exp.data.labels import EXACT_MATCH, ExactMatch
+from mice_exp.data.records import Example, Labels, format_demo
+from mice_exp.data.schemas import function_of
 from mice_exp.errors import UserError
+from mice_exp.paths import Paths
 
 _STE_NAME_LINE = re.compile(r"^API_name:\s*(.+?)\s*$", re.MULTILINE)
 
 
-def load_jsonl(path: Path) -> list[Example]:
+class Jsonl(ExactMatch, Dataset):
+    """A user's own file (``conf/dataset/jsonl.yaml``), labelled like STE."""
+
+    name = "jsonl"
+
+    def __init__(self, path: str | None, **common: Any) -> None:
+        super().__init__(**common)
+        if path is None:
+            raise UserError("dataset.path is null; expected the path of a JSON-lines file")
+        self.path = path
+
+    def load(self, paths: Paths) -> list[Example]:
+        return load_jsonl(paths.root / Path(self.path), self)
+
+    def source(self) -> str:
+        return f"dataset.path={str(self.path)!r}"
+
+
+def load_jsonl(path: Path, labels: Labels = EXACT_MATCH) -> list[Example]:
     """Examples in file order; blank lines are skipped, ids must be unique."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -30,7 +52,7 @@ def load_jsonl(path: Path) -> list[Example]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        example = _parse_line(path, number, line)
+        example = _parse_line(path, number, line, labels)
         if example.id in seen:
             raise UserError(f"{path}:{number}: duplicate id {example.id.rsplit('/', 1)[1]!r} for api {example.api!r}")
         seen.add(example.id)
@@ -38,7 +60,7 @@ def load_jsonl(path: Path) -> list[Example]:
     return examples
 
 
-def _parse_line(path: Path, number: int, line: str) -> Example:
+def _parse_line(path: Path, number: int, line: str, labels: Labels) -> Example:
     """One line -> Example; any problem is a UserError naming ``path:number``."""
     where = f"{path}:{number}"
     try:
@@ -68,6 +90,7 @@ def _parse_line(path: Path, number: int, line: str) -> Example:
         tool_names=tool_names,
         gold={"action": action, "action_input": action_input},
         demo=format_demo(action, demo_input),
+        labels=labels,
     )
 
 
@@ -83,6 +106,8 @@ def parse_tools(where: str, record: dict[str, Any]) -> tuple[str, tuple[str, ...
             )
         return tools, tuple(names)
     if isinstance(tools, list) and tools and all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools):
+        for tool in tools:  # one line for a tool no prompt could show as a schema, not a traceback or a bad prompt
+            function_of(tool, where)
         return json.dumps(tools, indent=4, ensure_ascii=False), tuple(t["name"] for t in tools)
     raise UserError(f"{where}: 'tools' must be a string or a non-empty list of objects that each have a string 'name'")
 

@@ -15,8 +15,7 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from mice_exp.data.labels import call_expected
-from mice_exp.data.records import Example
+from mice_exp.data.records import Example, demo_declines
 from mice_exp.errors import UserError
 from mice_exp.packages import default_model_path
 
@@ -89,8 +88,9 @@ MIX_QUOTAS = {"balanced": lambda k: {True: k // 2, False: k - k // 2}, "calling"
 
 
 def declines(example: Example) -> bool:
-    """Whether the example's right reply is no call (BFCL's irrelevance categories)."""
-    return call_expected(example) is False
+    """Whether the example's demonstration makes no call (BFCL's irrelevance replies): read from the demonstration
+    itself, so a gate's saved pool tells it as the run's examples do."""
+    return demo_declines(example.demo)
 
 
 def rank_demos(

@@ -117,15 +117,37 @@ def _typed_default(value: Any, kind: str) -> Any:
 
 
 def function_of(function: Any, where: str) -> Schema:
-    """A function object (BFCL's, a jsonl file's or already OpenAI's) as a function schema."""
+    """A function object (BFCL's, a jsonl file's or already OpenAI's) as a function schema; parameters that are no
+    object schema are refused in one line, by the check the gate's API applies to a request's tools."""
     if isinstance(function, dict) and function.get("type") == "function" and isinstance(function.get("function"), dict):
         function = function["function"]
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         raise UserError(f"{where}: a tool is {function!r}; expected an object with a string 'name'")
     parameters = function.get("parameters") or {}
-    if "type" not in parameters and "properties" not in parameters:  # the short form {argument: type or spec}
+    if isinstance(parameters, dict) and "type" not in parameters and "properties" not in parameters:
+        # the short form {argument: type or spec}
         parameters = object_schema({k: {"type": v} if isinstance(v, str) else v for k, v in parameters.items()}, [])
-    return function_schema(function["name"], str(function.get("description", "")), json_schema(parameters))
+    parameters = json_schema(parameters)
+    problem = object_schema_problem(parameters)
+    if problem:
+        raise UserError(f"{where}: tool {function['name']!r}: {problem}; expected 'parameters' to be an object schema "
+                        '{"type": "object", "properties": {argument: schema}, "required": [argument, ...]} or the '
+                        "short form {argument: type}")
+    return function_schema(function["name"], str(function.get("description", "")), parameters)
+
+
+def object_schema_problem(parameters: Any) -> str | None:
+    """What makes ``parameters`` no JSON object schema whose ``required`` names its properties (None: nothing)."""
+    if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+        return f"{json.dumps(parameters)[:80]} is not a JSON schema of type 'object'"
+    properties = parameters.get("properties", {})
+    if not isinstance(properties, dict) or not all(isinstance(p, dict) for p in properties.values()):
+        return "'properties' must map each argument name to a schema object"
+    required = parameters.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        return "'required' must be a list of argument names"
+    unknown = [r for r in required if r not in properties]
+    return f"'required' names {unknown[0]!r}, which is not in 'properties'" if unknown else None
 
 
 def json_schema(spec: Any) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mice_exp.data.records import Example
@@ -58,23 +58,31 @@ def split_sizes(n: int, counts: Mapping[str, int]) -> dict[str, int]:
     return sizes
 
 
-def assign_splits(examples: Sequence[Example], counts: Mapping[str, int], seed: int) -> dict[str, str]:
-    """Map each example id to "train", "validation" or "test", stratified by API.
+def assign_splits(examples: Sequence[Example], counts: Mapping[str, int], seed: int,
+                  conversation: Callable[[Example], str] | None = None) -> dict[str, str]:
+    """Map each example id to "train", "validation" or "test", stratified by API, keeping the examples of one
+    ``conversation`` (default: each example alone) in one split.
 
-    Within an API, examples are ordered by a hash of (seed, query), ties by id, and cut
-    by :func:`split_sizes`. The result depends only on the seed and the examples'
-    content: not on their order in the list or file, nor on which other APIs are loaded.
+    A conversation's key is its first (hash of (seed, query), id) and its stratum that example's API (a
+    conversation whose examples have several APIs follows its first one). Within a stratum, conversations are
+    ordered by key and cut by :func:`split_sizes` over conversations; for examples alone, they are ordered by that
+    hash, ties by id. The result depends only on the seed and the examples' content: not on their order in the
+    list or file, nor on which other APIs are loaded.
     """
     counts = validate_counts(counts)
-    by_api: dict[str, list[Example]] = {}
+    units: dict[str, list[Example]] = {}
     for example in examples:
-        by_api.setdefault(example.api, []).append(example)
+        units.setdefault(example.id if conversation is None else conversation(example), []).append(example)
+    by_api: dict[str, list[tuple[tuple[bytes, str], list[Example]]]] = {}
+    for members in units.values():
+        key, first = min(((_hash(seed, e.query), e.id), e) for e in members)
+        by_api.setdefault(first.api, []).append((key, members))
     assignment: dict[str, str] = {}
     for stratum in by_api.values():
-        ordered = sorted(stratum, key=lambda e: (_hash(seed, e.query), e.id))
+        ordered = [members for _, members in sorted(stratum, key=lambda unit: unit[0])]
         start = 0
         for name, size in split_sizes(len(ordered), counts).items():
-            assignment.update((e.id, name) for e in ordered[start : start + size])
+            assignment.update((e.id, name) for members in ordered[start : start + size] for e in members)
             start += size
     return assignment
 

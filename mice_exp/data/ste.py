@@ -6,12 +6,28 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mice_exp.data.dataset import Dataset
 from mice_exp.data.download import download
-from mice_exp.data.records import Example, format_demo
+from mice_exp.data.labels import EXACT_MATCH, ExactMatch
+from mice_exp.data.records import Example, Labels, format_demo
 from mice_exp.errors import UserError
+from mice_exp.paths import Paths
 
 # Where the shared data lives relative to the project root (the repo folder).
 SHARED_RELATIVE_PATH = Path("..") / "shared" / "data" / "ste" / "tool_test.json"
+
+
+class Ste(ExactMatch, Dataset):
+    """STE's test set (``conf/dataset/ste.yaml``), labelled by exact match as in the MICE paper."""
+
+    name = "ste"
+
+    def __init__(self, url: str, sha256: str, path: str | None = None, **common: Any) -> None:
+        super().__init__(**common)
+        self.path, self.url, self.sha256 = path, url, sha256
+
+    def load(self, paths: Paths) -> list[Example]:
+        return load_ste(resolve_ste_path(self.path, paths.root, paths.data, self.url, self.sha256), self)
 
 
 def resolve_ste_path(
@@ -33,7 +49,7 @@ def resolve_ste_path(
     return cached
 
 
-def load_ste(path: Path) -> list[Example]:
+def load_ste(path: Path, labels: Labels = EXACT_MATCH) -> list[Example]:
     """Read STE's ``{api: [example, ...]}`` file, in file order, one Example per query.
 
     The gold ``action_input`` (a JSON string) is parsed once here so the labeler compares
@@ -49,11 +65,11 @@ def load_ste(path: Path) -> list[Example]:
     for api, items in data.items():
         if not isinstance(items, list):
             raise UserError(f"{path}: API {api!r} maps to {type(items).__name__}, expected a list of examples")
-        examples.extend(_example(path, api, index, item) for index, item in enumerate(items))
+        examples.extend(_example(path, api, index, item, labels) for index, item in enumerate(items))
     return examples
 
 
-def _example(path: Path, api: str, index: int, item: Any) -> Example:
+def _example(path: Path, api: str, index: int, item: Any, labels: Labels) -> Example:
     """Build one Example, naming the file, API and position when a field is wrong."""
     try:
         action_input = json.loads(item["action_input"])
@@ -68,6 +84,7 @@ def _example(path: Path, api: str, index: int, item: Any) -> Example:
             tool_names=tuple(str(name) for name in item["API_name_list"]),
             gold={"action": str(item["action"]), "action_input": action_input},
             demo=format_demo(str(item["action"]), item["action_input"]),
+            labels=labels,
         )
     except (KeyError, TypeError, json.JSONDecodeError) as error:
         raise UserError(

@@ -16,7 +16,6 @@ and refuses any that is not in :func:`trusted_types` before loading anything.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import json
 import zipfile
@@ -180,7 +179,7 @@ def save_gate(
     (folder / TEMPLATE_DIR).mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
         (folder / name).write_bytes(data)
-    write_jsonl(folder / POOL_FILE, [dataclasses.asdict(e) for e in demo_pool])
+    write_jsonl(folder / POOL_FILE, [e.row() for e in demo_pool])
     templates = {}
     for role in ("template", "system"):
         name = f"{role}.txt"
@@ -276,4 +275,4 @@ def load_skops(path: Path, expected_class: str, classes: Mapping[str, type], wha
 
 
 def load_pool(path: Path) -> list[Example]:
-    return [Example(**{**row, "tool_names": tuple(row["tool_names"])}) for row in read_jsonl(path)]
+    return [Example.from_row(row) for row in read_jsonl(path)]

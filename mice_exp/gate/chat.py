@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mice_exp.data.records import Example
-from mice_exp.data.schemas import Schema, function_schema, ste_text
+from mice_exp.data.schemas import Schema, function_schema, object_schema_problem, ste_text
 from mice_exp.errors import UserError
 
 #: The roles of OpenAI's chat messages.
@@ -115,25 +115,12 @@ def check_tools(tools: Any) -> list[Schema]:
             raise InvalidRequest(f"{where}.function.description: expected a string",
                                  param=f"{where}.function.description", code="invalid_value")
         parameters = function.get("parameters", {"type": "object", "properties": {}})
-        problem = _object_schema_problem(parameters)
+        problem = object_schema_problem(parameters)
         if problem:
             raise InvalidRequest(f"Invalid schema for function {name!r}: {problem}",
                                  param=f"{where}.function.parameters", code="invalid_function_parameters")
         schemas.append(function_schema(name, description, parameters))
     return schemas
-
-
-def _object_schema_problem(parameters: Any) -> str | None:
-    if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
-        return f"{json.dumps(parameters)[:80]} is not a JSON schema of type 'object'"
-    properties = parameters.get("properties", {})
-    if not isinstance(properties, dict) or not all(isinstance(p, dict) for p in properties.values()):
-        return "'properties' must map each argument name to a schema object"
-    required = parameters.get("required", [])
-    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-        return "'required' must be a list of argument names"
-    unknown = [r for r in required if r not in properties]
-    return f"'required' names {unknown[0]!r}, which is not in 'properties'" if unknown else None
 
 
 def user_query(messages: Any) -> str:

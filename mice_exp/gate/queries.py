@@ -52,8 +52,7 @@ def parse_query(item: Any, index: int, where: str | None = None) -> Example:
     if "id" in item and (not isinstance(item["id"], (str, int)) or isinstance(item["id"], bool)):
         raise UserError(f"{where}: 'id' must be a string or an integer, got {item['id']!r}")
     tools, names = parse_tools(where, item)
-    return Example(id=f"gate/{index}", dataset="jsonl", api="gate", query=item["query"], tools=tools,
-                   tool_names=tuple(names), gold={"action": None, "action_input": None}, demo="")
+    return Example.unlabelled(index, item["query"], tools, tuple(names))
 
 
 def read_queries(path: str | Path) -> tuple[list[dict[str, Any] | BadLine], list[str]]:

@@ -16,7 +16,7 @@ from mice_exp.llm.stage import LLMStage
 
 def default_path(stage: LLMStage) -> Path:
     """``experiments/records/<dataset>-<llm>.jsonl.gz``."""
-    return stage.paths.root / "experiments" / "records" / f"{stage.dataset['name']}-{stage.llm['name']}.jsonl.gz"
+    return stage.paths.root / "experiments" / "records" / f"{stage.dataset.name}-{stage.llm['name']}.jsonl.gz"
 
 
 def publish_records(stage: LLMStage, sources: Mapping[str, Any], path: Path | None = None) -> Path:
@@ -26,12 +26,12 @@ def publish_records(stage: LLMStage, sources: Mapping[str, Any], path: Path | No
     there is work for it: a records file from another LLM or data set is refused in a second, not after the
     import."""
     if stage.records_path is not None:
-        output = read_records_file(stage.records_path, stage.dataset["name"], expect=stage.made_with())
+        output = read_records_file(stage.records_path, stage.dataset.name, expect=stage.made_with())
         header = read_records_header(stage.records_path)
     else:
         out = stage.run()
         output = read_stage(out)
-        header = {"dataset": stage.dataset["name"], "llm": stage.llm["name"], "display": stage.llm["display"],
+        header = {"dataset": stage.dataset.name, "llm": stage.llm["name"], "display": stage.llm["display"],
                   "n_layers": output.info["n_layers"], "hidden_size": output.info["hidden_size"],
                   "stage_key": read_json_if(out / "meta.json"), "stage_cache": out.name}
     names = list(sources["use"])

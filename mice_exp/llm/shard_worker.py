@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mice_exp.cache import read_json
+from mice_exp.data import make_dataset
 from mice_exp.errors import UserError
 from mice_exp.llm.stage import LLMStage
 from mice_exp.paths import Paths
@@ -24,6 +25,7 @@ def main(argv: Sequence[str]) -> None:
     spec = read_json(Path(argv[0]))
     settings = spec["stage"] | {"llm": spec["stage"]["llm"] | {"shard": int(argv[1])}}
     try:
+        settings["dataset"] = make_dataset(settings["dataset"])
         LLMStage(**settings, paths=Paths(root=Path(spec["root"]), cache=Path(spec["cache"]))).run()
     except UserError as error:
         print(f"mice-exp: error: {error}", file=sys.stderr)

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from mice_exp.cache import (read_intact, read_json, read_jsonl, read_npz, stable_hash, write_guard, write_json,
                             write_jsonl, write_npz)
-from mice_exp.data import Example, Selection, demo_pool, select_examples
+from mice_exp.data import Dataset, Example, Selection, demo_pool
 from mice_exp.data.labels import call_expected, is_correct
 from mice_exp.errors import UserError
 from mice_exp.llm.headroom import Headroom
@@ -166,7 +166,7 @@ class LazyLLM:
 
 
 class LLMStage:
-    """One run's LLM stage: the config groups its key hashes (``dataset``, ``prompt``, ``llm``, ``retrieval``), the
+    """One run's LLM stage: what its key hashes (the data set, ``prompt``, ``llm``, ``retrieval``), the
     run's examples (selected once, on first use: a bad data file fails inside the run), its cache folder and
     the backend that computes it, loaded only when a batch is missing (:class:`LazyLLM`).
 
@@ -174,7 +174,7 @@ class LLMStage:
     confidence sources and the replayed states all read the stage through this object.
     """
 
-    def __init__(self, dataset: Mapping[str, Any], prompt: Mapping[str, Any], llm: Mapping[str, Any],
+    def __init__(self, dataset: Dataset, prompt: Mapping[str, Any], llm: Mapping[str, Any],
                  retrieval: Mapping[str, Any], paths: Paths, backend: LazyLLM | None = None,
                  selection: Selection | None = None) -> None:
         self.dataset, self.prompt, self.llm, self.retrieval = dataset, prompt, llm, retrieval
@@ -186,21 +186,18 @@ class LLMStage:
     @cached_property
     def selection(self) -> Selection:
         """The run's examples and their splits (``conf/dataset``)."""
-        return select_examples(self.dataset, self.paths)
+        return self.dataset.select(self.paths)
 
     def settings(self) -> dict[str, Mapping[str, Any]]:
         """The config groups the stage is built from: what its local workers start with."""
-        return {"dataset": self.dataset, "prompt": self.prompt, "llm": self.llm, "retrieval": self.retrieval}
+        return {"dataset": self.dataset.settings, "prompt": self.prompt, "llm": self.llm, "retrieval": self.retrieval}
 
     def key(self, device: str) -> dict[str, Any]:
         """Everything that changes the stage's output, and nothing else."""
         llm = self.llm
         return {
             "version": STAGE_VERSION,
-            # max_per_api only when set: caches written before it existed keep their keys; no_call_note is only
-            # prompt.no_call_note's default, hashed there
-            "dataset": {k: v for k, v in self.dataset.items()
-                        if k not in ("path", "url", "no_call_note") and not (k == "max_per_api" and v is None)},
+            "dataset": self.dataset.key(),
             "examples": stable_hash([(e.id, e.query, e.tools, e.demo) for e in self.selection.examples]),
             "splits": stable_hash(sorted(self.selection.splits.items())),
             "retrieval": dict(self.retrieval),
@@ -229,7 +226,7 @@ class LLMStage:
         """The stage's records: from the records file (cut to the run's selection; ``needs``: the record fields
         the run's view reads), or from the cache, computed or resumed where batches are missing."""
         if self.records_path is not None:
-            return read_records_file(self.records_path, self.dataset["name"], needs, self.selection.splits,
+            return read_records_file(self.records_path, self.dataset.name, needs, self.selection.splits,
                                      expect=self.made_with())
         return read_stage(self.run())
 
@@ -325,9 +322,9 @@ class LLMStage:
     def _compute(self, out: Path, plan: ShardPlan) -> None:
         examples = {e.id: e for e in self.selection.examples}
         if self.prompt.get("no_call_note") is None and any(call_expected(e) is not None for e in examples.values()):
-            log.warning("dataset.categories include BFCL's relevance categories, where no call may be the right "
-                        "answer, but prompt.no_call_note is null: the prompt does not say so (dataset=bfcl_relevance "
-                        "sets BFCL's sentence)")
+            log.warning("the data set holds queries where making no call may be the right answer, but "
+                        "prompt.no_call_note is null: the prompt does not say so (a data set's YAML suggests one as "
+                        "dataset.no_call_note, e.g. dataset=bfcl_relevance)")
         demos = self.demos(out)
         llm = self.backend.generator()
         budget = int(self.llm["context_window"]) - int(self.llm["max_new_tokens"])

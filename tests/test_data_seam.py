@@ -1,0 +1,167 @@
+"""The data set seam (issue 37): a data set is its module and its YAML, nothing else in the package asks which
+data set it is, and a data set's tools that are no object schema are refused in one line (issue 42)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import cache_sharing_models
+from mice_exp.compose import as_plain, compose_config
+from mice_exp.data import make_dataset
+from mice_exp.data.jsonl import load_jsonl
+from mice_exp.data.labels import is_correct
+from mice_exp.errors import UserError
+from mice_exp.gate.queries import parse_query
+from mice_exp.llm.records import read_stage
+from mice_exp.paths import PACKAGE_ROOT, Paths
+from mice_exp.run import run
+
+#: A data set of one's own: arithmetic queries whose label is the data set's own rule (the right tool, whatever the
+#: arguments), to show that the rule comes from the data set's class.
+TOY_MODULE = '''
+"""Toy queries: "add"/"sub" two numbers; a call is right when it names the right tool."""
+from mice_exp.data import Dataset, Example
+from mice_exp.data.records import format_demo
+
+TOOLS = ("API_name: add\\nDescription: Add two numbers. Your input should be a json (args json schema): "
+         "{{\\"a\\" : integer, \\"b\\" : integer, }}\\n\\nAPI_name: sub\\nDescription: Subtract b from a. Your input "
+         "should be a json (args json schema): {{\\"a\\" : integer, \\"b\\" : integer, }}")
+
+
+class Toy(Dataset):
+    name = "toy"
+
+    def __init__(self, per_api: int, **common):
+        super().__init__(**common)
+        self.per_api = per_api
+
+    def load(self, paths):
+        return [Example(id=f"toy/{api}/{i}", dataset=self.name, api=api, query=f"What is {i} {word} {i + 1}?",
+                        tools=TOOLS, tool_names=("add", "sub"), gold=api,
+                        demo=format_demo(api, {"a": i, "b": i + 1}), labels=self)
+                for api, word in (("add", "plus"), ("sub", "minus")) for i in range(self.per_api)]
+
+    def is_correct(self, example, api, args):
+        return api == example.gold and args is not None
+
+    def gold_api(self, example):
+        return example.gold
+'''
+TOY_YAML = """
+name: toy
+_target_: toy_data.Toy
+per_api: 6
+split: {train: 3, validation: 1, test: 2}
+seed: 0
+"""
+
+
+def test_a_new_data_set_is_a_module_and_a_yaml(tmp_path, monkeypatch):
+    (tmp_path / "toy_data.py").write_text(TOY_MODULE)
+    (tmp_path / "conf" / "dataset").mkdir(parents=True)
+    (tmp_path / "conf" / "dataset" / "toy.yaml").write_text(TOY_YAML)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    overrides = [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "dataset=toy", "llm=tiny_random",
+                 "llm.batch_size=4", "llm.max_new_tokens=6", "prompt.k_demos=1", "features=cosine",
+                 "estimator=mice_lr", "permutations=0", "tracking.enabled=false",
+                 f"paths.cache={cache_sharing_models(tmp_path / 'cache')}"]
+    result = run(compose_config(overrides))
+    records = read_stage(Path(result["llm_cache"])).records
+    assert len(records) == 12 and {r["dataset"] for r in records} == {"toy"}
+    assert {r["split"] for r in records if r["api"] == "add"} == {"train", "validation", "test"}
+    for r in records:  # labelled by Toy.is_correct: the right tool, whatever the arguments
+        assert r["label"] == int(r["pred_api"] == r["api"] and r["pred_args"] is not None)
+    assert "objective" in result  # the estimation ran on it
+    (example, *_) = make_dataset(as_plain(compose_config(overrides))["dataset"]).select(Paths(tmp_path, tmp_path)).examples
+    assert is_correct(example, example.gold, {"a": -1}) and not is_correct(example, "mul", {})  # Toy's rule
+    with pytest.raises(UserError, match=r"^dataset\._target_='toy_data\.Toy': .*per_api"):
+        run(compose_config([*overrides, "~dataset.per_api"]))  # its settings are its constructor's
+
+
+#: Data set names as ``conf/dataset`` spells them, and the ones issue 40 adds.
+NAMES = {p.stem for p in (PACKAGE_ROOT / "conf" / "dataset").glob("*.yaml")} | {"when2call", "tooltalk",
+                                                                                 "bfcl_multi_turn", "ste", "bfcl",
+                                                                                 "jsonl"}
+
+
+def dataset_name_comparisons(source: str) -> list[str]:
+    """Comparisons in ``source`` against a data set's name or an example's ``dataset``, and collections of names
+    (the tables an ``elif`` over names reads)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        operands = [node.left, *node.comparators] if isinstance(node, ast.Compare) else []
+        named = any(isinstance(sub, ast.Constant) and sub.value in NAMES for n in operands for sub in ast.walk(n))
+        by_dataset = any(isinstance(n, ast.Attribute) and n.attr == "dataset" for n in operands)
+        items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", [])
+        listed = isinstance(node, (ast.Dict, ast.Tuple, ast.List, ast.Set)) and any(
+            isinstance(n, ast.Constant) and n.value in NAMES for n in items)
+        if named or by_dataset or listed:
+            found.append(f"{node.lineno}: {ast.unparse(node)[:100]}")
+    return found
+
+
+def test_nothing_outside_data_chooses_by_a_data_set_s_name():
+    assert dataset_name_comparisons('if example.dataset == "bfcl": pass\nDATASETS = ("ste", "jsonl")') == [
+        "1: example.dataset == 'bfcl'", "2: ('ste', 'jsonl')"]  # what the check finds
+    package = PACKAGE_ROOT / "mice_exp"
+    found = {str(p.relative_to(package)): hits for p in sorted(package.rglob("*.py"))
+             if p.parent.relative_to(package).parts[:1] != ("data",)
+             and (hits := dataset_name_comparisons(p.read_text(encoding="utf-8")))}
+    assert found == {}
+
+
+#: Issue 42: tools no prompt can show as a schema; the gate's API refuses the same ones.
+BAD_TOOLS = {
+    "required names a missing argument": ({"type": "object", "properties": {"city": {"type": "string"}},
+                                           "required": ["day"]}, "'required' names 'day', which is not in 'properties'"),
+    "properties is not an object": ({"type": "object", "properties": "oops"},
+                                    "'properties' must map each argument name to a schema object"),
+    "parameters of type array": ({"type": "array", "items": {"type": "string"}}, "is not a JSON schema of type 'object'"),
+    "parameters a list": (["city", "day"], "is not a JSON schema of type 'object'"),
+    "parameters a string": ("city, day", "is not a JSON schema of type 'object'"),
+    "short form with values that are no types": ({"city": 5, "day": None},
+                                                 "'properties' must map each argument name to a schema object"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_TOOLS)
+def test_a_tool_that_is_no_object_schema_is_one_line_naming_it(case, tmp_path):
+    parameters, problem = BAD_TOOLS[case]
+    tool = {"name": "weather", "description": "Forecast.", "parameters": parameters}
+    line = {"id": 1, "api": "weather", "query": "Weather in Paris?", "tools": [tool],
+            "gold": {"action": "weather", "action_input": {"city": "Paris"}}}
+    path = tmp_path / "data.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    expected = rf"^{path}:1: tool 'weather': .*{problem}.*; expected 'parameters' to be an object schema"
+    with pytest.raises(UserError, match=expected.replace("(", r"\(").replace(")", r"\)")) as error:
+        load_jsonl(path)
+    assert "\n" not in str(error.value)
+    with pytest.raises(UserError, match=r"^query #0: tool 'weather': "):  # a gate's batch query: that line's answer
+        parse_query({"query": "Weather in Paris?", "tools": [tool]}, 0)
+
+
+def test_the_gate_and_the_data_sets_check_tools_with_one_function():
+    from mice_exp.data import schemas
+    from mice_exp.gate import chat
+
+    assert chat.object_schema_problem is schemas.object_schema_problem
+
+
+def test_a_user_data_set_outside_the_package_loads_through_hydra_searchpath(tmp_path):
+    """What the first test composes, without running: the YAML's keys reach the class, ``name`` is checked."""
+    (tmp_path / "dataset").mkdir()
+    (tmp_path / "dataset" / "mine.yaml").write_text(textwrap.dedent("""
+        name: jsonl
+        _target_: mice_exp.data.jsonl.Jsonl
+        path: tests/fixtures/tools.jsonl
+        split: {train: 1, validation: 1, test: 1}
+        seed: 0
+    """))
+    cfg = as_plain(compose_config([f"hydra.searchpath=[file://{tmp_path}]", "dataset=mine"]))
+    selection = make_dataset(cfg["dataset"]).select(Paths(root=PACKAGE_ROOT, cache=tmp_path))
+    assert [e.api for e in selection.examples] == ["weather", "add_date", "add_date"]
