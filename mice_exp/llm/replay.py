@@ -175,7 +175,7 @@ def judge_records(stage: LLMStage, actor: Path) -> tuple[dict[str, Any], list[di
         raise UserError(f"actor={actor} was written by {judge} itself; a judge replays another LLM's records "
                         f"(expected llm= another LLM than {judge}, or its own records as they are)")
     settings = {k: v for k, v in stage.made_with().items() if k != "llm"}
-    output = read_records_file(actor, stage.dataset["name"], ("token_ids",), stage.selection.splits, expect=settings)
+    output = read_records_file(actor, stage.dataset.name, ("token_ids",), stage.selection.splits, expect=settings)
     if header.get("judge") is not None:
         raise UserError(f"actor={actor} is already a judged records file ({header['actor']} judged by "
                         f"{header['judge']}); expected an LLM's own records")
@@ -190,7 +190,7 @@ def judge_records(stage: LLMStage, actor: Path) -> tuple[dict[str, Any], list[di
     judged = {r["id"]: r for name in names for r in read_jsonl(name)}
     records = [judged[r["id"]] for r in output.records]  # the actor file's order
     display = f"{header.get('display', header.get('llm'))} judged by {stage.llm.get('display', judge)}"
-    info = {"dataset": stage.dataset["name"], "llm": judge, "display": display, "actor": header.get("llm"),
+    info = {"dataset": stage.dataset.name, "llm": judge, "display": display, "actor": header.get("llm"),
             "judge": judge, "actor_records": {"file": actor.name, "key": output.key},
             "n_layers": done["n_layers"], "hidden_size": done["hidden_size"], "examples": len(records), "sources": [],
             "stage_key": stage.key(done["device"]) | {"judged": output.key}, "stage_cache": out.name,
