@@ -79,7 +79,7 @@ def test_an_answer_is_a_chat_completion_with_the_gates_view(server, client):
     # tiny_random's reply holds no call: a 200 with its text as the content, as OpenAI answers a text reply
     assert view["action"] == "no_call" and view["call"] is None and view["parse_error"] == "no 'Action:' line"
     assert choice.finish_reason == "stop" and choice.message.tool_calls is None
-    assert choice.message.content == view["text"] and not view["execute"]
+    assert choice.message.content == view["text"].strip() and not view["execute"]  # the text, without its blank lines
     held = create(client, server, extra_body={"mice_exp": {"tau": 1.0, "on_abstain": "refuse"}}).model_extra["mice_exp"]
     assert held["tau"] == 1.0 and held["probability"] == pytest.approx(view["probability"])
 
@@ -100,7 +100,7 @@ def test_a_parsed_call_is_executed_above_tau_and_held_below_it(gate, tau, on_abs
         assert response.choices[0].finish_reason == "tool_calls" and message.content is None
     else:
         assert message.tool_calls is None and response.choices[0].finish_reason == "stop"
-        expected = "did you mean days = 3?" if action == "confirm" else "I did not call get_weather: "
+        expected = "did you mean days = 3?" if action == "confirm" else 'I did not call get_weather({"city": "Paris", "days": 3}): '
         assert expected in message.content and "70% chance" in message.content
 
 
@@ -111,10 +111,14 @@ def test_a_parsed_call_is_executed_above_tau_and_held_below_it(gate, tau, on_abs
     ({"model": "gpt-4o"}, openai.NotFoundError, 404, "model", "model_not_found"),
     ({"messages": ask("weather " * 9000)}, openai.BadRequestError, 400, "messages", "context_length_exceeded"),
     ({"messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "r", "tool_call_id": "c"}]},
-     openai.BadRequestError, 400, "messages[1].role", None),
+     openai.BadRequestError, 400, "messages[1].tool_call_id", None),
+    ({"messages": ask("Weather?") + [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {
+        "name": "get_weather", "arguments": '{"city": "Paris"}'}}]}, {"role": "tool", "tool_call_id": "c",
+                                                                      "content": "sunny " * 17_000}]},
+     openai.BadRequestError, 400, "messages", "context_length_exceeded"),
     ({"n": 2}, openai.BadRequestError, 400, "n", "unsupported_value"),
     ({"extra_body": {"mice_exp": {"on_abstain": "shrug"}}}, openai.BadRequestError, 400, "mice_exp.on_abstain", None),
-], ids=["no-tools", "invalid-schema", "other-model", "too-long", "not-a-user-turn", "n", "on_abstain"])
+], ids=["no-tools", "invalid-schema", "other-model", "too-long", "answers-no-call", "100-KB-tool-result", "n", "on_abstain"])
 def test_a_bad_request_gets_openais_status_and_error_body(server, client, request_, error, status, param, code):
     with pytest.raises(error) as info:
         create(client, server, **request_)
@@ -163,9 +167,9 @@ def test_a_full_queue_answers_429_and_the_next_request_is_served(gate):
     busy = serving(gate, max_queue=1)
     client = openai.OpenAI(base_url=busy.url, api_key="x", max_retries=0, timeout=120)
     try:
-        with gate._lock:  # the LLM is busy: the first request takes the one slot and waits for it
+        with gate._lock:  # the LLM is busy: the first request takes the one place in the queue and waits for it
             first = ThreadPoolExecutor(1).submit(create, client, busy)
-            while busy.service._slots._value:  # noqa: SLF001 - until the first request holds the slot
+            while not busy.service.pending:  # until the first request holds its place
                 time.sleep(0.01)
             with pytest.raises(openai.RateLimitError) as info:
                 create(client, busy)
@@ -175,6 +179,205 @@ def test_a_full_queue_answers_429_and_the_next_request_is_served(gate):
     finally:
         busy.shutdown()
         busy.server_close()
+
+
+def test_stream_true_decides_then_streams_openai_chunks_with_the_gates_view_last(server, client):
+    stream = create(client, server, stream=True, stream_options={"include_usage": True})
+    events = list(stream)
+    assert {e.object for e in events} == {"chat.completion.chunk"} and len({e.id for e in events}) == 1
+    assert events[0].choices[0].delta.role == "assistant"
+    finish = [e for e in events if e.choices and e.choices[0].finish_reason]
+    assert len(finish) == 1 and finish[0].choices[0].finish_reason == "stop"
+    view = finish[0].model_extra["mice_exp"]
+    assert view["action"] == "no_call" and 0.0 <= view["probability"] <= 1.0
+    assert events[-1].choices == [] and events[-1].usage.completion_tokens == 6  # include_usage: the last chunk
+    text = "".join(e.choices[0].delta.content or "" for e in events if e.choices)
+    assert text == view["text"].strip()
+
+
+def test_a_held_call_streams_as_text_and_a_passed_one_as_a_tool_call_delta(gate):
+    from mice_exp.gate.serve import chunks
+
+    decision = gate._decision(PARSED, 0.7, 1.0, ["get_weather"])
+    for on_abstain, kind in (("confirm", "content"), ("pass", "tool_calls")):
+        events = [json.loads(e[6:]) for e in chunks(completion(decision, "m", on_abstain), False) if e != "data: [DONE]\n\n"]
+        (delta,) = [e["choices"][0]["delta"] for e in events if kind in e["choices"][0]["delta"] and
+                    e["choices"][0]["delta"][kind]]
+        if kind == "tool_calls":
+            (call,) = delta["tool_calls"]
+            assert call["index"] == 0 and call["function"]["name"] == "get_weather" and call["id"].startswith("call_pass_p7000_")
+        else:
+            assert delta["content"].startswith('Before I call get_weather({"city": "Paris", "days": 3}): did you mean')
+
+
+#: Each parameter at a value the gate honours: greedy decoding of at most its max_new_tokens (6 here), one call.
+HONOURED = {"temperature": 0, "top_p": 1, "presence_penalty": 0, "frequency_penalty": 0, "logprobs": False,
+            "top_logprobs": 0, "stop": [], "logit_bias": {}, "store": False, "service_tier": "auto",
+            "response_format": {"type": "text"}, "seed": 7, "max_tokens": 6, "max_completion_tokens": 100, "n": 1,
+            "parallel_tool_calls": False, "tool_choice": "auto", "user": "u1", "metadata": {"k": "v"},
+            "safety_identifier": "s", "prompt_cache_key": "p", "stream": False}
+REFUSED = {"temperature": 0.7, "top_p": 0.9, "presence_penalty": 0.5, "frequency_penalty": 1, "logprobs": True,
+           "top_logprobs": 3, "stop": ["\n"], "logit_bias": {"50256": -100}, "store": True, "service_tier": "flex",
+           "response_format": {"type": "json_object"}, "seed": "7", "max_tokens": 5, "max_completion_tokens": 2,
+           "n": 2, "parallel_tool_calls": "yes", "tool_choice": "none", "stream": "yes",
+           "stream_options": {"include_usage": True}, "functions": [{"name": "f"}], "reasoning_effort": "low"}
+
+
+def test_every_parameter_at_a_value_the_gate_honours_is_accepted(server, client):
+    response = create(client, server, **HONOURED)
+    assert response.object == "chat.completion" and response.model_extra["mice_exp"]["action"] == "no_call"
+    assert set(HONOURED) | {"model", "messages", "tools", "stream_options", "mice_exp"} == set(
+        __import__("mice_exp.gate.serve", fromlist=["PARAMETERS"]).PARAMETERS)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_parameter_the_gate_cannot_honour_is_refused_in_one_line_naming_it(server, client, name):
+    with pytest.raises(openai.BadRequestError) as info:
+        create(client, server, extra_body={name: REFUSED[name]})
+    assert info.value.param == name and "\n" not in info.value.body["message"], info.value.body
+
+
+def test_tool_choice_names_one_offered_function_or_requires_a_call(gate, server, client):
+    from mice_exp.gate.serve import ChatService
+
+    service = ChatService(gate, "m")
+    named = {"type": "function", "function": {"name": "add_date"}}
+    request = service.chat_request({"model": "m", "messages": ask("When?"), "tools": [WEATHER, ADD_DATE],
+                                    "tool_choice": named})
+    assert request.tools == [ADD_DATE] and request.required  # the prompt offers the named function alone
+    with pytest.raises(openai.BadRequestError, match="tool_choice names 'add_date', which is not among the tools"):
+        create(client, server, tool_choice=named)
+    with pytest.raises(openai.UnprocessableEntityError) as info:  # tiny_random replies without a call
+        create(client, server, tool_choice="required")
+    assert info.value.code == "tool_choice_unmet" and "replied without a call to get_weather" in info.value.message
+
+
+def test_the_responses_api_is_a_404_naming_the_chat_completions_model(server, client):
+    with pytest.raises(openai.NotFoundError) as info:
+        client.responses.create(model=server.service.model, input="Weather in Paris?")
+    assert "OpenAIChatCompletionsModel" in info.value.message
+
+
+def test_yes_after_a_held_call_returns_the_call_without_asking_the_llm(gate, server, client, monkeypatch):
+    held = completion(gate._decision(PARSED, 0.42, 0.5, ["get_weather"]), "m", "confirm")["choices"][0]["message"]
+    assert held["content"].startswith('Before I call get_weather({"city": "Paris", "days": 3}): did you mean days = 3?')
+    monkeypatch.setattr(gate, "check_batch", lambda *a, **k: pytest.fail("the LLM was asked"))
+    conversation = ask("Weather in Paris for 3 days?") + [held]
+    response = create(client, server, messages=conversation + [{"role": "user", "content": "Yes, go ahead."}])
+    (call,) = response.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris", "days": 3}
+    assert call.id.startswith("call_approved_p4200_") and response.model_extra["mice_exp"]["action"] == "approved"
+    monkeypatch.undo()
+    answer = create(client, server, messages=conversation + [{"role": "user", "content": "No, 5 days."}])
+    assert answer.model_extra["mice_exp"]["action"] == "no_call"  # a correction goes to the gate with the whole chat
+
+
+def test_a_reply_calling_a_tool_not_offered_names_no_tool(gate):
+    response = completion(gate._decision(PARSED, 0.9, 0.5, ["add_date"]), "m", "confirm")
+    message = response["choices"][0]["message"]
+    assert "tool_calls" not in message and message["content"] == "None of the tools offered fits this request."
+
+
+def test_concurrent_requests_run_as_gate_batches(gate, monkeypatch):
+    sizes = []
+    check_batch = gate.check_batch
+    monkeypatch.setattr(gate, "check_batch", lambda requests, **k: sizes.append(len(requests)) or check_batch(requests, **k))
+    batched = serving(gate, batch_size=3)
+    client = openai.OpenAI(base_url=batched.url, api_key="x", max_retries=0, timeout=300)
+    pool = ThreadPoolExecutor(6)
+    try:
+        with gate._lock:  # all six wait for the LLM, then run three at a time
+            futures = [pool.submit(create, client, batched, messages=ask(f"Weather in city {i}?")) for i in range(6)]
+            while batched.service.pending < 6:
+                time.sleep(0.01)
+        assert [f.result().object for f in futures] == ["chat.completion"] * 6
+        assert sum(sizes) == 6 and max(sizes) == 3 and len(sizes) <= 3, sizes
+    finally:
+        pool.shutdown()
+        batched.shutdown()
+        batched.server_close()
+
+
+def raw(port: int, data: bytes, read: bool = True) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as connection:
+        connection.sendall(data)
+        if not read:
+            return b""
+        reply = b""
+        while b"\r\n0\r\n\r\n" not in reply and not reply.endswith(b"}"):
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        return reply
+
+
+def test_bad_bodies_chunked_requests_and_hang_ups_get_answers_not_tracebacks(server, client, capfd):
+    status, body = post(f"{server.url}/chat/completions", b"[" * 100_000)  # RecursionError in the JSON reader
+    assert status == 400 and "nests deeper than the JSON reader allows" in body["error"]["message"]
+    deep = {"model": server.service.model, "messages": ask("q"), "tools": [WEATHER], "x": json.loads("[" * 500 + "]" * 500)}
+    status, body = post(f"{server.url}/chat/completions", json.dumps(deep).encode())
+    assert status == 400 and "nests 501 levels deep; expected at most 64" in body["error"]["message"]
+    lone = json.dumps({"model": server.service.model, "messages": ask("bad \ud800 text"), "tools": [WEATHER]})
+    status, body = post(f"{server.url}/chat/completions", lone.encode())  # JSON's "\ud800": no character
+    assert status == 400 and body["error"]["param"] == "messages[1].content" and "lone UTF-16 surrogate" in \
+        body["error"]["message"]
+    request = json.dumps({"model": server.service.model, "messages": ask("Weather in Paris?"), "tools": [WEATHER]}).encode()
+    half = len(request) // 2
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (request[:half], request[half:])) + b"0\r\n\r\n"
+    reply = raw(server.server_port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                    b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunked)
+    assert reply.startswith(b"HTTP/1.1 200") and b'"object":"chat.completion"' in reply
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(request)}\r\n\r\n").encode()
+    raw(server.server_port, head + request[:half], read=False)  # hangs up halfway through the body
+    raw(server.server_port, head + request, read=False)  # hangs up while the gate works on it
+    assert create(client, server).object == "chat.completion"  # still serving
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("argument, message", [("port=70000", "port='70000'; expected a TCP port from 0 to 65535"),
+                                               ("batch_size=0", "batch_size='0'; expected a positive integer"),
+                                               ("tool_taus=rm:2", "tool_taus: 'rm:2'; expected NAME:TAU pairs")])
+def test_serve_refuses_bad_options_before_the_llm_loads(fitted, monkeypatch, capsys, argument, message):  # noqa: F811
+    import sys
+
+    from mice_exp.__main__ import main
+    from mice_exp.gate import command
+
+    monkeypatch.setattr(command, "load_gate", lambda *a: pytest.fail("the gate was loaded"))
+    monkeypatch.setattr(sys, "argv", ["mice-exp", "serve", f"model={fitted[0]}", argument])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1 and message in err[0]
+
+
+def test_a_judged_calls_tau_comes_from_its_mcp_annotations_else_the_config_else_the_gate():
+    from mice_exp.gate.serve import ToolRisk
+
+    risk = ToolRisk(high=0.9, low=0.1, tools={"get_weather": 0.3})
+    assert risk.tau(WEATHER | {"annotations": {"destructiveHint": True}}, 0.5) == (0.9, "destructiveHint")
+    read_only = {"type": "function", "function": WEATHER["function"] | {"annotations": {"readOnlyHint": True}}}
+    assert risk.tau(read_only, 0.5) == (0.1, "readOnlyHint")  # also inside "function", where MCP bridges put it
+    assert risk.tau(WEATHER, 0.5) == (0.3, "config") and risk.tau(ADD_DATE, 0.5) == (0.5, "gate")
+
+
+@pytest.mark.parametrize("p, tau, decision", [(0.7, 0.5, "allow"), (0.7, 0.9, "ask"), (0.05, 0.9, "deny")])
+def test_a_judged_call_is_allowed_asked_about_or_denied(gate, p, tau, decision):
+    from mice_exp.gate.serve import verdict
+
+    result = verdict(gate._decision(PARSED, p, tau, ["get_weather"]), 0, "c1", "get_weather", tau, "gate", 0.1)
+    assert result["decision"] == decision and result["probability"] == p and result["tau"] == tau
+    assert result["arguments"] == {"city": 0.5, "days": 0.25}
+    if decision == "ask":
+        assert result["ask_about"] == "days" and "did you mean days = 3?" in result["question"]
+    else:
+        assert result["ask_about"] is None and result["question"] is None
+    assert (result["reason"] is None) == (decision != "deny")
+    elsewhere = verdict(gate._decision(PARSED, 0.99, 0.5, ["add_date"]), 1, None, "get_weather", 0.5, "gate", 0.1)
+    assert elsewhere["decision"] == "deny" and "not among the tools offered" in elsewhere["reason"]
 
 
 @pytest.mark.parametrize("broken", ["missing", "checksum"])

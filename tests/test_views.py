@@ -102,3 +102,21 @@ def test_a_gates_bertscore_view_scores_a_batch_of_queries_once(monkeypatch, tmp_
     fs = transform_features(BertScoreView(cache_dir=tmp_path).fit(out), out)
     assert calls == [20] and fs.layer_scores.shape == (20, 3)
     np.testing.assert_array_equal(fs.layer_scores, fs.X[:, :3])
+
+
+def test_the_bertscore_encoder_is_loaded_once_per_process(monkeypatch):
+    """A gate's server computes BERTScores for every request: the encoder loads on the first, not on each."""
+    import bert_score
+
+    from mice_exp.features import bertscore
+
+    loads = []
+    monkeypatch.setattr(bert_score, "BERTScorer", lambda **kw: loads.append(kw) or type("S", (), {"_tokenizer": None})())
+    bertscore._scorer.cache_clear()
+    try:
+        encoder = {"model": "an/encoder", "num_layers": 6}
+        first = bertscore.make_scorer(encoder)
+        assert bertscore.make_scorer(dict(encoder)) is first and len(loads) == 1
+        assert bertscore.make_scorer(encoder | {"num_layers": 5}) is not first and len(loads) == 2
+    finally:
+        bertscore._scorer.cache_clear()

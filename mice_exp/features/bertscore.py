@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -33,12 +34,17 @@ class _SpecialTokens:
 
 
 def make_scorer(encoder: Mapping[str, Any]) -> Any:
-    """A ``bert_score.BERTScorer`` for the configured encoder (default: the packaged all-MiniLM-L6-v2)."""
+    """A ``bert_score.BERTScorer`` for the configured encoder (default: the packaged all-MiniLM-L6-v2), loaded
+    once per process and encoder: a gate scores every request with the one it loaded first."""
+    return _scorer(str(encoder.get("model") or default_model_path()), int(encoder["num_layers"]),
+                   int(encoder.get("batch_size", 64)), str(encoder.get("device", "cpu")))
+
+
+@functools.lru_cache(maxsize=4)
+def _scorer(model: str, num_layers: int, batch_size: int, device: str) -> Any:
     from bert_score import BERTScorer
 
-    model = encoder.get("model") or str(default_model_path())
-    scorer = BERTScorer(model_type=str(model), num_layers=int(encoder["num_layers"]),
-                        batch_size=int(encoder.get("batch_size", 64)), device=encoder.get("device", "cpu"))
+    scorer = BERTScorer(model_type=model, num_layers=num_layers, batch_size=batch_size, device=device)
     scorer._tokenizer = _SpecialTokens(scorer._tokenizer)
     return scorer
 

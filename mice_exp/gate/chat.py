@@ -5,9 +5,11 @@ through this module, so both refuse the same bad input with the same :class:`Inv
 :class:`~mice_exp.errors.UserError` that also carries the HTTP status, ``param`` and ``code`` OpenAI's API
 would answer with). Torch-free.
 
-How a chat request becomes the gate's prompt: the gate was calibrated on single-turn queries, so the query
-is the text of the last message, which must be a user turn; the caller's system and earlier turns are not
-shown (the gate's own system text, tool section and retrieved demonstrations are, as in training). The
+How a chat request becomes the gate's prompt: the whole conversation is shown (:func:`conversation`; the
+caller's system text after the gate's own instructions, then the retrieved demonstrations, then every turn
+in the reply format's text form, :class:`mice_exp.llm.prompt.PromptBuilder`); demonstrations are retrieved
+for the last user turn. The gate was fitted on single-turn queries: on a call made after earlier turns its
+probability is an extrapolation until the multi-turn calibration is measured (README). The
 tools are OpenAI function schemas: a gate trained under ``prompt.tools=schemas`` (``prompt=json_tools``)
 gets them as they are; one trained under ``prompt.tools=text`` (``prompt=ste``) gets each in STE's
 RapidAPI text form (:func:`mice_exp.data.schemas.ste_text`), or refuses a tool that form cannot show.
@@ -23,6 +25,7 @@ from typing import Any, Sequence
 from mice_exp.data.records import Example
 from mice_exp.data.schemas import Schema, function_schema, object_schema_problem, ste_text
 from mice_exp.errors import UserError
+from mice_exp.llm.prompt import Conversation, Turn
 
 #: The roles of OpenAI's chat messages.
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -95,6 +98,11 @@ def check_tools(tools: Any) -> list[Schema]:
     if not isinstance(tools, list) or not tools:
         raise InvalidRequest(f"'tools' is {json.dumps(tools)[:60]}; expected a non-empty list of "
                              '{"type": "function", "function": {...}} objects', param="tools")
+    try:
+        json.dumps(tools, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidRequest(f"'tools' holds a lone UTF-16 surrogate ({error.object[error.start]!r}); expected valid "
+                             "Unicode text", param="tools") from None
     schemas, names = [], set()
     for i, tool in enumerate(tools):
         where = f"tools[{i}]"
@@ -123,36 +131,125 @@ def check_tools(tools: Any) -> list[Schema]:
     return schemas
 
 
-def user_query(messages: Any) -> str:
-    """The text of the conversation's last message, which must be a user turn (the gate answers it)."""
+def _text(content: Any, where: str, *, empty: bool = False) -> str:
+    """A message's text: a string, or OpenAI's content parts, of which text parts only (joined by lines)."""
+    if isinstance(content, list):
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            raise InvalidRequest(f"{where}: the gate reads text parts only", param=where)
+        content = "\n".join(p["text"] for p in content)
+    if content is None and empty:
+        return ""
+    if not isinstance(content, str) or not (content.strip() or empty):
+        raise InvalidRequest(f"{where}: expected the message's text", param=where)
+    bad = next((i for i, c in enumerate(content) if "\ud800" <= c <= "\udfff"), None)
+    if bad is not None:  # a lone surrogate ("\\ud800" in JSON) is no character any tokenizer can encode
+        raise InvalidRequest(f"{where} holds a lone UTF-16 surrogate ({content[bad]!r}) at character {bad}; "
+                             "expected valid Unicode text", param=where)
+    return content
+
+
+def _arguments(value: Any, where: str) -> dict[str, Any]:
+    """A call's arguments: a JSON object, or its text (OpenAI's ``function.arguments``)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as error:
+            raise InvalidRequest(f"{where} is not valid JSON ({error.msg}); expected the arguments as a JSON object "
+                                 "string", param=where) from None
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{where} is {json.dumps(value)[:60]}; expected a JSON object of arguments", param=where)
+    return value
+
+
+def tool_call(call: Any, where: str) -> tuple[str | None, Call]:
+    """An earlier assistant turn's tool call (:func:`read_call`'s shapes) as its id and :class:`Call`; its
+    arguments must be a JSON object, since the prompt writes the call again in the reply format."""
+    name, arguments = read_call(call, where)
+    ident = call.get("id")
+    if ident is not None and not isinstance(ident, str):
+        raise InvalidRequest(f"{where}.id is {ident!r}; expected a string", param=f"{where}.id")
+    return ident, Call(name, _arguments(arguments, f"{where}.function.arguments"))
+
+
+def conversation(messages: Any) -> Conversation:
+    """A chat's messages as the :class:`~mice_exp.llm.prompt.Conversation` the gate's prompt shows, every message
+    in it or refused in one line: system / developer text first (the prompt shows it once, in its system turn),
+    then user, assistant (text and tool calls) and tool turns, each tool result answering a call of the
+    assistant turn before it, every call answered before the conversation goes on. The conversation ends with
+    the user's turn (the gate answers it) or with tool results (the gate gives the model's next reply)."""
     if messages is None:
         raise InvalidRequest("Missing required parameter: 'messages'", param="messages",
                              code="missing_required_parameter")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty list of chat messages", param="messages")
+    system: list[str] = []
+    turns: list[Turn] = []
+    open_calls: dict[str, str] = {}  # the last assistant turn's calls not yet answered: id -> name
     for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ROLES:
-            raise InvalidRequest(f"messages[{i}] is {json.dumps(message)[:80]}; expected an object with a role in "
-                                 f"{', '.join(ROLES)}", param=f"messages[{i}].role")
+        where = f"messages[{i}]"
+        role = message.get("role") if isinstance(message, dict) else None
+        if role not in ROLES:
+            raise InvalidRequest(f"{where} is {json.dumps(message)[:80]}; expected an object with a role in "
+                                 f"{', '.join(ROLES)}", param=f"{where}.role")
+        if role == "function" or "function_call" in message:
+            raise InvalidRequest(f"{where}: the legacy function-call messages are not read; expected assistant "
+                                 "tool_calls and tool messages with a tool_call_id", param=f"{where}.role")
+        if role != "tool" and open_calls:
+            raise InvalidRequest(f"{where}: the call {next(iter(open_calls.values()))!r} (id "
+                                 f"{next(iter(open_calls))!r}) has no tool result; expected a tool message for each "
+                                 "call before the conversation goes on", param=where)
+        if role in ("system", "developer"):
+            if turns:
+                raise InvalidRequest(f"{where} is a {role} message after the conversation began; the gate's prompt "
+                                     f"shows system text once, at its start; expected {role} messages first",
+                                     param=f"{where}.role")
+            system.append(_text(message.get("content"), f"{where}.content"))
+        elif role == "user":
+            turns.append(Turn("user", _text(message.get("content"), f"{where}.content")))
+        elif role == "assistant":
+            calls = message.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise InvalidRequest(f"{where}.tool_calls: expected a list of tool calls", param=f"{where}.tool_calls")
+            parsed = [tool_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
+            text = _text(message.get("content"), f"{where}.content", empty=True)
+            if not parsed and not text.strip():
+                raise InvalidRequest(f"{where}: an assistant message with neither text nor tool calls; expected one",
+                                     param=f"{where}.content")
+            open_calls = {ident or f"#{j}": call.name for j, (ident, call) in enumerate(parsed)}
+            turns.append(Turn("assistant", text, tuple((c.name, c.arguments) for _, c in parsed)))
+        else:
+            ident = message.get("tool_call_id")
+            if not isinstance(ident, str) or not ident:
+                raise InvalidRequest(f"{where}: a tool message without a tool_call_id; expected the id of the call it "
+                                     "answers", param=f"{where}.tool_call_id", code="missing_required_parameter")
+            if ident not in open_calls:
+                raise InvalidRequest(f"{where}.tool_call_id {ident!r} matches no unanswered call of the assistant turn "
+                                     f"before it (its calls: {', '.join(map(repr, open_calls)) or 'none'})",
+                                     param=f"{where}.tool_call_id")
+            del open_calls[ident]
+            turns.append(Turn("tool", _text(message.get("content"), f"{where}.content", empty=True)))
     last = len(messages) - 1
-    if messages[last]["role"] != "user":
-        raise InvalidRequest(f"messages[{last}] is a {messages[last]['role']} turn; the gate answers the last user "
-                             "turn with one tool call, so expected the conversation to end with a user message",
+    if turns and turns[-1].role == "assistant":
+        raise InvalidRequest(f"messages[{last}] is an assistant turn; the gate answers the conversation's last turn, "
+                             "so expected the conversation to end with a user message or with tool results",
                              param=f"messages[{last}].role")
-    content = messages[last].get("content")
-    if isinstance(content, list):  # content parts: the text ones, in order
-        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
-            raise InvalidRequest(f"messages[{last}].content: the gate reads text parts only", param=f"messages[{last}].content")
-        content = "\n".join(p["text"] for p in content)
-    if not isinstance(content, str) or not content.strip():
-        raise InvalidRequest(f"messages[{last}].content: expected the user's text", param=f"messages[{last}].content")
-    return content
+    if not any(t.role == "user" for t in turns):
+        raise InvalidRequest("'messages' holds no user message; expected the user's query", param="messages")
+    return Conversation("\n\n".join(system), tuple(turns))
 
 
-def chat_example(messages: Messages, tools: Any, index: int, schemas: bool) -> Example:
+@dataclass(frozen=True)
+class ChatExample(Example):
+    """A chat request as the prompt builder's example: the last user turn is its query (what demonstrations
+    are retrieved for), and ``conversation`` everything the prompt shows of the chat."""
+
+    conversation: Conversation | None = None
+
+
+def chat_example(messages: Messages, tools: Any, index: int, schemas: bool) -> ChatExample:
     """A chat request as the :class:`Example` the gate's prompt builder takes (no gold: it is unknown);
     ``schemas``: the gate shows tools as JSON schemas, else in STE's text form."""
-    query = user_query(messages)
+    chat = conversation(messages)
     checked = check_tools(tools)
     if schemas:
         text = json.dumps(checked, ensure_ascii=False)
@@ -161,9 +258,10 @@ def chat_example(messages: Messages, tools: Any, index: int, schemas: bool) -> E
             text = "\n\n".join(ste_text(s) for s in checked)
         except UserError as error:
             raise InvalidRequest(str(error), param="tools", code="invalid_function_parameters") from None
-    return Example(id=f"gate/{index}", dataset="jsonl", api="gate", query=query, tools=text,
-                   tool_names=tuple(s["function"]["name"] for s in checked),
-                   gold={"action": None, "action_input": None}, demo="")
+    query = next(t.text for t in reversed(chat.turns) if t.role == "user")
+    return ChatExample(id=f"gate/{index}", dataset="jsonl", api="gate", query=query, tools=text,
+                       tool_names=tuple(s["function"]["name"] for s in checked),
+                       gold={"action": None, "action_input": None}, demo="", conversation=chat)
 
 
 #: JSON Schema's type names and the Python values each admits (a bool is no number).

@@ -20,6 +20,7 @@ from mice_exp.errors import UserError, fail
 
 if TYPE_CHECKING:  # pragma: no cover
     from mice_exp.gate.gate import Gate
+    from mice_exp.gate.serve import ToolRisk
 
 USAGE = ("usage: mice-exp gate model=GATE_FOLDER|runs:/<run id>/gate|models:/<name>/<version> "
          "input=QUERIES.jsonl|- [output=ANSWERS.jsonl] [device=cpu|cuda] [batch_size=N] "
@@ -62,7 +63,7 @@ def parse_options(argv: Sequence[str], keys: Sequence[str], required: Sequence[s
     missing = [k for k in required if not opts.get(k)]
     if missing:
         raise UserError(f"{' and '.join(missing)} missing; {usage}")
-    if opts.get("batch_size") and not opts["batch_size"].isdigit():
+    if "batch_size" in opts and not (opts["batch_size"].isdigit() and int(opts["batch_size"]) > 0):
         raise UserError(f"batch_size={opts['batch_size']!r}; expected a positive integer")
     cfg = as_plain(compose_config(overrides))
     check_config(cfg)  # the values a gate uses (risk, llm, features) fail as in the main command
@@ -120,11 +121,31 @@ def gate(argv: Sequence[str]) -> None:
 
 
 SERVE_USAGE = ("usage: mice-exp serve model=GATE_FOLDER|runs:/<run id>/gate|models:/<name>/<version> [port=8000] "
-               "[on_abstain=confirm|refuse|pass] [name=MODEL_NAME] [max_queue=64] [device=cpu|cuda] "
-               "[llm=... features=... risk=... tracking.uri=...]\n"
-               "serves the gate as an OpenAI-compatible POST /v1/chat/completions (with tools) and GET /v1/models "
-               "on 127.0.0.1")
-SERVE_KEYS = ("model", "port", "on_abstain", "name", "max_queue", "device", "batch_size")
+               "[on_abstain=confirm|refuse|pass] [name=MODEL_NAME] [max_queue=64] [batch_size=N] [device=cpu|cuda] "
+               "[tool_taus=NAME:TAU,...] [llm=... features=... risk=... tracking.uri=...]\n"
+               "serves the gate as an OpenAI-compatible POST /v1/chat/completions (with tools), "
+               "POST /v1/tool_calls/check and GET /v1/models on 127.0.0.1")
+SERVE_KEYS = ("model", "port", "on_abstain", "name", "max_queue", "device", "batch_size", "tool_taus")
+
+
+def tool_risk(spec: str) -> ToolRisk:
+    """The per-tool thresholds of ``tool_taus=NAME:TAU,...`` with the high- and low-risk taus of ``conf/risk``."""
+    from mice_exp.compose import as_plain, compose_config
+    from mice_exp.gate.artifact import risk_entry
+    from mice_exp.gate.chat import InvalidRequest, check_tau
+    from mice_exp.gate.serve import ToolRisk
+
+    taus = {}
+    for item in filter(None, spec.split(",")):
+        name, sep, value = item.rpartition(":")
+        try:
+            taus[name] = check_tau(float(value)) if sep and name else None
+        except (ValueError, InvalidRequest):
+            taus[name] = None
+        if taus[name] is None:
+            raise UserError(f"tool_taus: {item!r}; expected NAME:TAU pairs with TAU in [0, 1], comma-separated")
+    high, low = (risk_entry(as_plain(compose_config([f"risk={r}"]))["risk"])["tau"] for r in ("high", "low"))
+    return ToolRisk(high=high, low=low, tools=taus)
 
 
 def serve(argv: Sequence[str]) -> None:
@@ -134,19 +155,20 @@ def serve(argv: Sequence[str]) -> None:
     if wants_help(argv):
         print(SERVE_USAGE)
         return
-    from mice_exp.gate.serve import check_on_abstain, open_server
+    from mice_exp.gate.serve import check_on_abstain, check_port, open_server
 
     opts, overrides, cfg = parse_options(argv, SERVE_KEYS, ("model",), SERVE_USAGE)
-    for key in ("port", "max_queue"):
-        if key in opts and not opts[key].isdigit():
-            raise UserError(f"{key}={opts[key]!r}; expected a non-negative integer")
+    if "max_queue" in opts and not opts["max_queue"].isdigit():
+        raise UserError(f"max_queue={opts['max_queue']!r}; expected a non-negative integer")
+    port = check_port(opts.get("port", 8000))  # all refused before the LLM loads
     on_abstain = check_on_abstain(opts.get("on_abstain", "confirm"))
+    risk = tool_risk(opts.get("tool_taus", ""))
     loaded = load_gate(opts, overrides, cfg)  # a missing or untrusted gate is refused here, before the port opens
     print(f"serve: {loaded.describe()}", file=sys.stderr)
+    server = open_server(loaded, model=opts.get("name"), port=port, on_abstain=on_abstain,  # a busy port: refused
+                         max_queue=max(1, int(opts.get("max_queue", 64))), risk=risk)  # before the LLM loads
     start = time.perf_counter()
     loaded.warm()
-    server = open_server(loaded, model=opts.get("name"), port=int(opts.get("port", 8000)), on_abstain=on_abstain,
-                         max_queue=max(1, int(opts.get("max_queue", 64))))
     print(f"serve: {server.service.model} on {server.url} (on_abstain={on_abstain}; LLM loaded in "
           f"{time.perf_counter() - start:.1f} s); Ctrl-C stops", file=sys.stderr, flush=True)
     try:

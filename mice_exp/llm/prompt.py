@@ -17,6 +17,13 @@ the reply format (:mod:`mice_exp.llm.toolcall`); demonstrations are written in i
 query's in the instructions; ``per_demo``, each in its own demonstration's turn (and the query's in its
 turn too, as well as in the instructions), so the instructions offer the query's tools alone. Where "no tool fits" is a right answer (BFCL's irrelevance categories) a pooled
 list can offer a demonstration's tool that fits the query.
+
+A query may carry a whole conversation (an example with a :class:`Conversation`, as the gate's chat requests
+do): the caller's system text follows the gate's instructions in the system turn, and the conversation's
+turns follow the demonstrations, each in the reply format's documented text form (:data:`RESULT_FORMS`):
+user turns as queries, the assistant's tool calls written as the format writes a call, its text as a final
+answer, and tool results as the format shows a call's result (STE's ``Observation:``, Hermes'
+``<tool_response>``), in a user turn of their own, so turns alternate under any chat template.
 """
 
 from __future__ import annotations
@@ -46,6 +53,32 @@ class PromptTooLong(UserError):
     def __init__(self, message: str, tokens: int, budget: int) -> None:
         super().__init__(message)
         self.tokens, self.budget = tokens, budget
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn of a caller's conversation: a user's text, the assistant's text and tool calls, or a tool's result."""
+
+    role: str  # "user", "assistant" or "tool"
+    text: str = ""
+    calls: tuple[tuple[str, dict[str, Any]], ...] = ()  # the assistant's calls: (function name, arguments)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What a caller's chat shows the model besides the query: its system text and every turn (the last user
+    turn, the query, included), in order."""
+
+    system: str
+    turns: tuple[Turn, ...]
+
+
+#: Per reply format: how a tool's result and an assistant's reply without a call are written in a prompt, as the
+#: format's own instructions document them (STE's template: "Observation:", "Final Answer:"; Hermes / Qwen:
+#: a ``<tool_response>`` block in the user's turn).
+RESULT_FORMS = {"react": ("Observation: {result}", "Final Answer: {text}"),
+                "json": ("<tool_response>\n{result}\n</tool_response>", "{text}"),
+                "tool_call": ("<tool_response>\n{result}\n</tool_response>", "{text}")}
 
 
 @dataclass(frozen=True)
@@ -93,7 +126,18 @@ def render_head(example: Any, demos: Sequence[Any], template: str) -> str:
 def query_turn(example: Any, note: str = "") -> str:
     """The query as the user writes it; ``note`` (e.g. the way-out offer of Pal et al.) follows it in the
     same turn, as in their Appendix D, so every prompt variant shares all tokens up to the query."""
-    return f"User Query: {example.query}" + (f"\n\n{note}" if note else "")
+    return query_text(example.query, note)
+
+
+def query_text(query: str, note: str = "") -> str:
+    """A user's text as the prompt writes a query (also an earlier turn of a conversation)."""
+    return f"User Query: {query}" + (f"\n\n{note}" if note else "")
+
+
+def _caller_system(example: Any) -> str:
+    """The caller's own system text, a paragraph after the gate's instructions ("" without one)."""
+    conversation = getattr(example, "conversation", None)
+    return f"\n\n{conversation.system}" if conversation is not None and conversation.system else ""
 
 
 def renders_tools(tokenizer: Any) -> bool:
@@ -163,16 +207,42 @@ class PromptBuilder:
         Demonstrations come least similar first, so the most similar sits next to the query.
         """
         system = self.system if self.native else f"{self.system}\n\n{self.head(example, demos)}"
-        messages = [{"role": "system", "content": system}]
+        messages = [{"role": "system", "content": system + _caller_system(example)}]
         for demo in reversed(demos):
             messages += [{"role": "user", "content": self.user_turn(demo)},
                          {"role": "assistant", "content": self.fmt.demonstration(demo.demo)}]
-        return messages + [{"role": "user", "content": self.user_turn(example, note)}]
+        return messages + self.query_turns(example, note)
 
     def text(self, example: Any, demos: Sequence[Any], note: str = "") -> str:
         """The same prompt for a base model: one text that the model continues with its call."""
         shots = "".join(f"{self.user_turn(d)}\n{self.fmt.demonstration(d.demo)}\n\n" for d in reversed(demos))
-        return f"{self.system}\n\n{self.head(example, demos)}\n\n{shots}{self.user_turn(example, note)}\n"
+        turns = "\n".join(t["content"] for t in self.query_turns(example, note))
+        return f"{self.system}\n\n{self.head(example, demos)}{_caller_system(example)}\n\n{shots}{turns}\n"
+
+    def query_turns(self, example: Any, note: str = "") -> list[dict[str, str]]:
+        """The turns after the demonstrations: the query alone, or the example's whole conversation, each turn
+        in the reply format's text form (:data:`RESULT_FORMS`), tool results in user turns, consecutive turns
+        of one role joined, so that user and assistant alternate."""
+        conversation = getattr(example, "conversation", None)
+        if conversation is None:
+            return [{"role": "user", "content": self.user_turn(example, note)}]
+        result, final = RESULT_FORMS[self.fmt.name]
+        last_user = max(i for i, t in enumerate(conversation.turns) if t.role == "user")
+        out: list[dict[str, str]] = []
+        for i, turn in enumerate(conversation.turns):
+            if turn.role == "user":
+                role, content = "user", self.user_turn(example, note) if i == last_user else query_text(turn.text)
+            elif turn.role == "tool":
+                role, content = "user", result.format(result=turn.text)
+            else:
+                calls = [self.fmt.write(name, args) for name, args in turn.calls]
+                said = turn.text if calls or not turn.text else final.format(text=turn.text)
+                role, content = "assistant", "\n".join(([said] if said else []) + calls)
+            if out and out[-1]["role"] == role:
+                out[-1]["content"] += f"\n{content}"
+            else:
+                out.append({"role": role, "content": content})
+        return out
 
     def render(self, messages: list[dict[str, str]], example: Any, demos: Sequence[Any]) -> list[int]:
         """Chat ``messages`` about ``example`` as token ids, ending with the assistant's turn opened."""
