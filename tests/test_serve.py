@@ -350,7 +350,7 @@ def test_serve_refuses_bad_options_before_the_llm_loads(fitted, monkeypatch, cap
     monkeypatch.setattr(sys, "argv", ["mice-exp", "serve", f"model={fitted[0]}", argument])
     with pytest.raises(SystemExit) as exit_info:
         main()
-    err = capsys.readouterr().err.strip().splitlines()
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]  # not other servers' progress
     assert exit_info.value.code == 2 and len(err) == 1 and message in err[0]
 
 
@@ -378,6 +378,33 @@ def test_a_judged_call_is_allowed_asked_about_or_denied(gate, p, tau, decision):
     assert (result["reason"] is None) == (decision != "deny")
     elsewhere = verdict(gate._decision(PARSED, 0.99, 0.5, ["add_date"]), 1, None, "get_weather", 0.5, "gate", 0.1)
     assert elsewhere["decision"] == "deny" and "not among the tools offered" in elsewhere["reason"]
+
+
+def test_check_judges_each_proposed_call_at_its_tools_risk(gate, server):
+    url = f"{server.url}/tool_calls/check"
+    destructive = WEATHER | {"annotations": {"destructiveHint": True}}
+    calls = [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+             {"id": "c2", "type": "function", "function": {"name": "send_mail", "arguments": "{}"}},
+             {"id": "c3", "type": "function", "function": {"name": "get_weather", "arguments": '{"town": "Paris"}'}}]
+    request = {"messages": ask("Weather in Paris?"), "tools": [destructive], "tool_calls": calls}
+    status, body = post(url, json.dumps(request).encode())
+    assert status == 200 and body["object"] == "tool_calls.check" and body["model"] == server.service.model
+    first, unknown, misfit = body["results"]
+    assert [r["id"] for r in body["results"]] == ["c1", "c2", "c3"]
+    (alone,) = gate.score_batch([(request["messages"], [destructive], calls[0])])
+    assert first["probability"] == pytest.approx(alone.probability, abs=1e-6)  # the gate's own scoring
+    assert (first["tau"], first["risk"]) == (0.9, "destructiveHint") and set(first["arguments"]) == {"city"}
+    assert first["decision"] == ("allow" if first["probability"] > 0.9 else "deny" if first["probability"] <= 0.1
+                                 else "ask")
+    assert unknown["decision"] == "deny" and "'send_mail', which is not among the tools offered" in unknown["reason"]
+    assert misfit["decision"] == "deny" and "lacks the required argument 'city'" in misfit["reason"]
+    status, body = post(url, json.dumps(request | {"mice_exp": {"tau": 0.0}}).encode())
+    assert body["results"][0]["decision"] == "allow" and body["results"][0]["risk"] == "request"
+    for bad, param in [({"tool_calls": [{"id": "c", "type": "function"}]}, "tool_calls[0].function"),
+                       ({"tool_calls": []}, "tool_calls"), ({"messages": ask("q")[:1]}, "messages"),
+                       ({"model": "gpt-4o"}, "model"), ({"stream": True}, "stream")]:
+        status, body = post(url, json.dumps(request | bad).encode())
+        assert 400 <= status < 500 and body["error"]["param"] == param, body
 
 
 @pytest.mark.parametrize("broken", ["missing", "checksum"])

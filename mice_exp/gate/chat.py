@@ -131,7 +131,7 @@ def check_tools(tools: Any) -> list[Schema]:
     return schemas
 
 
-def _text(content: Any, where: str, *, empty: bool = False) -> str:
+def _text(content: Any, where: str, what: str, *, empty: bool = False) -> str:
     """A message's text: a string, or OpenAI's content parts, of which text parts only (joined by lines)."""
     if isinstance(content, list):
         if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
@@ -140,7 +140,7 @@ def _text(content: Any, where: str, *, empty: bool = False) -> str:
     if content is None and empty:
         return ""
     if not isinstance(content, str) or not (content.strip() or empty):
-        raise InvalidRequest(f"{where}: expected the message's text", param=where)
+        raise InvalidRequest(f"{where}: expected {what}", param=where)
     bad = next((i for i, c in enumerate(content) if "\ud800" <= c <= "\udfff"), None)
     if bad is not None:  # a lone surrogate ("\\ud800" in JSON) is no character any tokenizer can encode
         raise InvalidRequest(f"{where} holds a lone UTF-16 surrogate ({content[bad]!r}) at character {bad}; "
@@ -203,15 +203,15 @@ def conversation(messages: Any) -> Conversation:
                 raise InvalidRequest(f"{where} is a {role} message after the conversation began; the gate's prompt "
                                      f"shows system text once, at its start; expected {role} messages first",
                                      param=f"{where}.role")
-            system.append(_text(message.get("content"), f"{where}.content"))
+            system.append(_text(message.get("content"), f"{where}.content", f"the {role} text"))
         elif role == "user":
-            turns.append(Turn("user", _text(message.get("content"), f"{where}.content")))
+            turns.append(Turn("user", _text(message.get("content"), f"{where}.content", "the user's text")))
         elif role == "assistant":
             calls = message.get("tool_calls") or []
             if not isinstance(calls, list):
                 raise InvalidRequest(f"{where}.tool_calls: expected a list of tool calls", param=f"{where}.tool_calls")
             parsed = [tool_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
-            text = _text(message.get("content"), f"{where}.content", empty=True)
+            text = _text(message.get("content"), f"{where}.content", "the assistant's text", empty=True)
             if not parsed and not text.strip():
                 raise InvalidRequest(f"{where}: an assistant message with neither text nor tool calls; expected one",
                                      param=f"{where}.content")
@@ -227,7 +227,8 @@ def conversation(messages: Any) -> Conversation:
                                      f"before it (its calls: {', '.join(map(repr, open_calls)) or 'none'})",
                                      param=f"{where}.tool_call_id")
             del open_calls[ident]
-            turns.append(Turn("tool", _text(message.get("content"), f"{where}.content", empty=True)))
+            result = _text(message.get("content"), f"{where}.content", "the tool's result", empty=True)
+            turns.append(Turn("tool", result))
     last = len(messages) - 1
     if turns and turns[-1].role == "assistant":
         raise InvalidRequest(f"messages[{last}] is an assistant turn; the gate answers the conversation's last turn, "
