@@ -20,6 +20,7 @@ import pytest
 from agents import Agent, AgentsException, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
 from langchain.agents import create_agent
 from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
@@ -31,6 +32,7 @@ from mice_exp.gate.serve import open_server
 from mice_exp.hosts import GateScorer, HttpScorer, Scorer, scorer
 from mice_exp.hosts.langchain_middleware import GateMiddleware
 from mice_exp.hosts.openai_agents import GateGuard
+from mice_exp.hosts.scoring import tool_call
 from mice_exp.paths import PACKAGE_ROOT
 from tests.scripted_model import ScriptedModel
 from tests.test_gate import fitted  # noqa: F401 - the module's gate
@@ -283,3 +285,66 @@ def test_the_docs_examples_run_as_written(gate, fitted, section, answers, capsys
             exec(compile(block, f"docs/hosts.md: {section}", "exec"), namespace)
             assert capsys.readouterr().out.splitlines()[-1] == answer
             assert len(tool_turns(model.requests[-1])) == 1  # the tool's result, or why the gate held the call
+
+
+# ---------------------------------------------------------------------- SmolLM2 through mice-exp serve
+DATE_QUESTION = "What is the date 90 days from 2022-10-14?"
+
+
+def add_date(date: str, days: int) -> str:
+    """Add days to a date."""
+    return "2023-01-12"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_smollm2_through_mice_exp_serve_guards_both_hosts_end_to_end():
+    """The published SmolLM2 gate behind ``mice-exp serve``; each host guards over HTTP a run whose model proposes
+    the right call (``days`` 90) or a wrong one (``days`` 9): the gate ranks the right call above the wrong one,
+    a held call waits for a person (Agents SDK) and runs once approved, a held one is blocked (LangChain)."""
+    if not hasattr(chat, "conversation"):
+        pytest.skip("whole conversations (issue 39 item 1) have not landed")
+    gate = Gate.load(PACKAGE_ROOT / "experiments" / "abstention" / "gate-smollm2_135m")
+    gate.warm()  # the model loads before the first request's timeout starts
+    right = [("call", "add_date", {"date": "2022-10-14", "days": 90}), ("answer", "2023-01-12")]
+    wrong = [("call", "add_date", {"date": "2022-10-14", "days": 9}), ("answer", "I did not add the days.")]
+    server = open_server(gate, quiet=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        guard, ran = GateGuard(server.url), []
+
+        def dated(date: str, days: int) -> str:
+            """Add days to a date."""
+            ran.append((date, days))
+            return add_date(date, days)
+
+        with ScriptedModel(right) as model:
+            agent = Agent(name="assistant", tools=[function_tool(dated, name_override="add_date",
+                                                                 needs_approval=guard.needs_approval)],
+                          model=OpenAIChatCompletionsModel("scripted", AsyncOpenAI(base_url=model.url, api_key="-")))
+            result = Runner.run_sync(agent, DATE_QUESTION, hooks=guard.hooks)
+            (verdict,) = guard.verdicts.values()
+            if not verdict.execute:  # held: a person approves it
+                (item,) = result.interruptions
+                state = result.to_state()
+                state.approve(item)
+                result = Runner.run_sync(agent, state, hooks=guard.hooks)
+        assert ran == [("2022-10-14", 90)] and result.final_output == "2023-01-12"
+        middleware = GateMiddleware(server.url)
+        with ScriptedModel(wrong) as model:
+            agent = create_agent(ChatOpenAI(model="scripted", base_url=model.url, api_key="-"), [tool(add_date)],
+                                 middleware=[middleware])
+            messages = agent.invoke({"messages": [{"role": "user", "content": DATE_QUESTION}]})["messages"]
+        (held,) = [m.response_metadata["mice_exp"] for m in messages if m.type == "ai" and m.tool_calls]
+        (doubt,) = held.values()
+        assert doubt["tau"] == gate.tau and (messages[2].status == "error") == (not doubt["execute"])
+        # the right call, scored with what the middleware sent (LangChain's schema of the tool, not the SDK's)
+        (sure,) = HttpScorer(server.url).score_calls([{"role": "user", "content": DATE_QUESTION}],
+                                                     [convert_to_openai_tool(tool(add_date))],
+                                                     [tool_call("right", "add_date", right[0][2])])
+        print(f"SmolLM2 gate: p(days 90) = {sure.probability:.3f} (Agents SDK's schema: {verdict.probability:.3f}), "
+              f"p(days 9) = {doubt['probability']:.3f}")
+        assert doubt["probability"] < sure.probability
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -90,7 +90,7 @@ class HttpScorer:
     """Scores over HTTP with ``mice-exp serve``'s ``POST /v1/tool_calls/check`` (OpenAI's chat request with the
     proposed ``tool_calls``); the agent's process needs neither torch nor the gate's model."""
 
-    def __init__(self, url: str, tau: float | None = None, timeout: float = 120.0) -> None:
+    def __init__(self, url: str, tau: float | None = None, timeout: float = 300.0) -> None:
         self.url = url.rstrip("/").removesuffix("/v1") + "/v1/tool_calls/check"
         self.tau, self.timeout = tau, timeout
 
@@ -109,6 +109,9 @@ class HttpScorer:
         except urllib.error.URLError as error:
             raise UserError(f"the gate at {self.url} cannot be reached ({error.reason}); expected `mice-exp serve` "
                             "listening there") from None
+        except TimeoutError:
+            raise UserError(f"the gate at {self.url} did not answer within {self.timeout:g} s; expected a longer "
+                            "timeout= for a gate this slow, or fewer requests at once") from None
         return [Verdict(call_id=call["id"], name=call["function"]["name"], execute=result["decision"] == "allow",
                         probability=result["probability"], tau=result["tau"], arguments=result.get("arguments") or {},
                         reason=result.get("reason"))
