@@ -503,13 +503,31 @@ def test_finished_run_with_config_finds_only_finished_runs_of_that_config(fresh)
     assert finished_run_with_config(fresh.client, exp, digest) == done
 
 
+def custom_risk_run(fresh, llm: str, utilities: dict[str, float], values: tuple[float, float]) -> None:
+    """A ``risk=custom`` holdout run of MICE RF with its HRE row, as a job logs it: the utilities among its params."""
+    run = fresh.job(llm, "mice_rf", tags={"risk": "custom"}, metrics={"auc_etcu": 0.1, "etcu_custom": values[0],
+                                                                       "baseline.hre.etcu_custom": values[1]})
+    for key, value in utilities.items():
+        fresh.client.log_param(run, f"risk.{key}", value)
+
+
+def test_the_risk_sweep_places_each_run_at_its_risk_s_own_threshold(fresh):
+    """Utilities other than tp = 1, tn = fn = 0 move tau off -fp / (1 - fp): the sweep uses the risk's own."""
+    from mice_exp.metrics import Risk
+
+    utilities = {"tp": 2, "fp": -1, "tn": 0.5, "fn": 0}
+    custom_risk_run(fresh, "llama3_8b_instruct", utilities, (0.30, 0.20))
+    report = command.build_report(fresh.client, EXPERIMENT)
+    taus = report.csv.loc[report.csv["table"] == "risk_sweep", "tau"]
+    assert set(taus) == {Risk(**utilities).tau} and round(Risk(**utilities).tau, 2) == 0.43  # not 1 / (1 + 1)
+    assert "τ=0.43" in report.markdown and "each run's utilities" in report.markdown
+
+
 def test_the_report_adds_the_risk_sweep_action_belief_field_and_sample_efficiency_sections(fresh, tmp_path):
     """Runs of the other presets carry their results in metrics and artifacts; each gets its section."""
     llm = "llama3_8b_instruct"
     for fp, values in ((-0.25, (0.30, 0.20)), (-4.0, (0.05, -0.10))):
-        fresh.job(llm, "mice_rf", tags={"risk": "custom"}, metrics={"auc_etcu": 0.1, "etcu_custom": values[0],
-                                                                     "baseline.hre.etcu_custom": values[1]})
-        fresh.client.log_param(fresh.client.search_runs([fresh.experiment_id])[0].info.run_id, "risk.fp", fp)
+        custom_risk_run(fresh, llm, {"tp": 1, "fp": fp, "tn": 0, "fn": 0}, values)
     belief = {"auc_etcu": 0.1, "agent.act_rate": 0.75, **{f"agent.etcu_{r}": 0.1 for r in ("low", "medium", "high")}}
     for key, rho in (("raw", -0.4), ("mice_lr", 0.6)):
         belief |= {f"action_belief.{key}.spearman": rho,

@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from mice_exp.metrics import PAPER_RISKS
+from mice_exp.metrics import PAPER_RISKS, Risk
 from mice_exp.report.collect import Predictions
 from mice_exp.report.plots import slug
 from mice_exp.report.tables import ESTIMATOR_NAMES, ESTIMATOR_ORDER, MICE_ORDER, fmt
@@ -147,29 +147,33 @@ def risk_sweep(runs: Sequence[Any]) -> Section | None:
                      lambda r: (r.data.tags.get("llm"), r.data.tags.get("estimator"), r.data.params.get("risk.fp")))
     if not chosen:
         return None
-    names, rows = _names(chosen), []
+    names, rows, paper = _names(chosen), [], True
     for run in chosen:
-        fp = float(run.data.params["risk.fp"])
+        risk = Risk(*(float(run.data.params[f"risk.{k}"]) for k in ("tp", "fp", "tn", "fn")))
+        paper &= (risk.tp, risk.tn, risk.fn) == (1, 0, 0)
         llm = run.data.params.get("llm.display", run.data.tags.get("llm", ""))
         values = {run.data.tags["estimator"]: run.data.metrics["etcu_custom"]}
         values |= {key: v for key, metric, v in _baselines(run.data.metrics) if metric == "etcu_custom"}
-        rows += [{"llm": llm, "llm_key": run.data.tags.get("llm", llm), "estimator": key, "fp": fp, "tau": -fp / (1 - fp), "etcu": v} for key, v in values.items()]
+        rows += [{"llm": llm, "llm_key": run.data.tags.get("llm", llm), "estimator": key, "fp": risk.fp,
+                  "tau": risk.tau, "etcu": v} for key, v in values.items()]
     frame = pd.DataFrame(rows).drop_duplicates(["llm", "estimator", "fp"]).sort_values(["llm", "estimator", "tau"])
     parts, figures = [], {}
     for llm, block in frame.groupby("llm", sort=False):
         wide = _in_table_order(block.pivot(index="estimator", columns="tau", values="etcu").reset_index())
         wide["estimator"] = [_name(k, names) for k in wide["estimator"]]
         header = {"estimator": "Estimator", **{t: f"τ={t:.2f}" for t in wide.columns[1:]}}
-        fig, ax = _new_figure(f"{llm}: utility against the cost of a false positive", "τ = -fp / (1 - fp)",
-                              "ETCU (tp = 1, tn = fn = 0)")
+        fig, ax = _new_figure(f"{llm}: utility against the cost of a false positive",
+                              "τ = -fp / (1 - fp)" if paper else "τ, the runs' minimum-Bayes-risk threshold",
+                              "ETCU (tp = 1, tn = fn = 0)" if paper else "ETCU")
         for key, line in block.groupby("estimator", sort=False):
             ax.plot(line["tau"], line["etcu"], marker="o", markersize=3, label=_name(key, names))
         ax.legend(fontsize=8)
         name = f"risk_sweep_{slug(block['llm_key'].iloc[0])}.png"
         figures[name] = fig
         parts.append(f"### {llm}\n\n{_markdown(wide, header)}\n\n![{name}]({name})")
-    body = ("## Utility against the risk level\n\nExpected tool-calling utility on the test split with tp = 1, "
-            "tn = fn = 0 and a false positive costing fp, i.e. the minimum-Bayes-risk threshold τ = -fp / (1 - fp); "
+    utilities = ("with tp = 1, tn = fn = 0 and a false positive costing fp, i.e. the minimum-Bayes-risk threshold "
+                 "τ = -fp / (1 - fp)" if paper else "at each run's utilities, τ their minimum-Bayes-risk threshold")
+    body = (f"## Utility against the risk level\n\nExpected tool-calling utility on the test split {utilities}; "
             "higher is better.\n\n" + "\n\n".join(parts))
     return Section(body, frame.assign(table="risk_sweep"), figures)
 
