@@ -16,7 +16,7 @@ from mice_exp.compose import as_plain, compose_config
 from mice_exp.errors import UserError
 from mice_exp.features import build_features
 from mice_exp.llm.publish import publish_records
-from mice_exp.llm.records import read_records_file, read_stage
+from mice_exp.llm.records import PUBLISHED, REQUIRED, Record, read_records_file, read_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
 from tests.conftest import stage_of
 from tests.test_llm_stage import FIXTURE, tiny_cfg
@@ -41,6 +41,14 @@ def test_a_records_file_holds_the_stage_records_without_activations(published):
     assert [r["lens_ids"] for r in file.records] == [r["lens_ids"] for r in stage.records]  # lens agreement from files
     with pytest.raises(UserError, match="not in a records file"):
         file.arrays("mean_pool")
+
+
+def test_the_stage_writes_and_a_records_file_keeps_exactly_the_record_type_s_fields(published):
+    """``Record`` is the one list of fields: what the stage writes, what a records file keeps, what every run reads."""
+    out, path = published
+    assert all(set(r) == set(Record.__annotations__) for r in read_stage(out).records)
+    assert all(set(r) == set(PUBLISHED) for r in read_records_file(path, dataset="ste").records)
+    assert set(REQUIRED) < set(PUBLISHED)
 
 
 def test_a_records_file_names_the_commit_that_wrote_it(published):

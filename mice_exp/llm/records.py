@@ -13,7 +13,7 @@ import json
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, TypedDict
 
 import numpy as np
 
@@ -25,14 +25,41 @@ FORMAT = "mice_exp.records"
 FORMAT_VERSION = 1
 SOURCES = ("p_true", "verbalized", "consistency", "semantic_entropy", "acts")  # per-record signals beside raw confidence (llm/sources.py)
 ARRAYS = ("first_token", "last_token", "mean_pool")  # per-record [L, d] states the stage pools
-# What a published record keeps: everything a feature view, protocol or report reads (token offsets
+
+
+class Record(TypedDict):
+    """One call's record, as the LLM stage writes it (:func:`mice_exp.llm.stage.make_record`) and every later stage
+    reads it: the one list of the fields, in the order a records file writes them (:data:`PUBLISHED`)."""
+
+    id: str
+    api: str  # the gold API
+    split: str  # train, validation or test
+    dataset: str
+    prompt_hash: str
+    prompt_tokens: int
+    n_demos: int
+    demos_dropped: int  # demonstrations dropped to fit the context window
+    text: str  # the generated reply
+    token_ids: list[int]
+    token_probs: list[float]
+    offsets: list[list[int]]  # each generated token's character span in ``text``
+    content_mask: list[bool]  # the tokens of the call's content (what the raw confidence multiplies)
+    raw_confidence: float
+    min_probability: float
+    pred_api: str | None
+    pred_args: dict[str, Any] | None
+    parse_error: str | None
+    label: int  # 1: the call is correct
+    layer_strings: list[str]  # the logit lens' reading of each layer
+    lens_ids: list[list[int]]  # [L-1, T]: the logit lens' token at each layer and generated token
+
+
+# What a published record keeps: every field, everything a feature view, protocol or report reads (token offsets
 # locate arguments in the text; lens token ids give per-argument lens agreement, ~0.2 MB gzipped per 750
 # SmolLM2 calls); activations stay out (far too large).
-PUBLISHED = ("id", "api", "split", "dataset", "prompt_hash", "prompt_tokens", "n_demos", "demos_dropped", "text",
-             "token_ids", "token_probs", "offsets", "content_mask", "raw_confidence", "min_probability", "pred_api",
-             "pred_args", "parse_error", "label", "layer_strings", "lens_ids")
+PUBLISHED = tuple(Record.__annotations__)
 # Fields every run reads (labels, splits, the table's raw confidence, the per-argument and API-name scores).
-REQUIRED = ("id", "api", "split", "label", "raw_confidence", "text", "offsets", "token_probs", "layer_strings",
+REQUIRED: tuple[str, ...] = ("id", "api", "split", "label", "raw_confidence", "text", "offsets", "token_probs", "layer_strings",
             "pred_api", "pred_args", "parse_error")
 
 
@@ -46,7 +73,7 @@ class StageOutput:
     :func:`mice_exp.llm.replay.replay_activations`); a records file alone has neither.
     """
 
-    records: list[dict[str, Any]]
+    records: list[Record]
     info: dict[str, Any]
     key: str
     folder: Path | None = None

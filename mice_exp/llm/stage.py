@@ -32,8 +32,8 @@ from mice_exp.errors import UserError
 from mice_exp.llm.headroom import Headroom
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import Prompt, PromptBuilder
-from mice_exp.llm.records import (PROMPT_DEFAULTS, StageOutput, made_of, read_records_file, read_stage, shard_name,
-                                  shards, summarise)
+from mice_exp.llm.records import (PROMPT_DEFAULTS, Record, StageOutput, made_of, read_records_file, read_stage,
+                                  shard_name, shards, summarise)
 from mice_exp.llm.shards import ShardPlan, run_workers
 from mice_exp.llm.toolcall import CallFormat, content_mask
 from mice_exp.paths import Paths, resolve
@@ -64,7 +64,7 @@ def prompt_key(prompt: Mapping[str, Any], defaults: Mapping[str, Any] = PROMPT_D
 
 
 def make_record(example: Example, split: str, prompt: Prompt, gen: Generation, lens_text: list[str],
-                fmt: CallFormat) -> dict[str, Any]:
+                fmt: CallFormat) -> Record:
     """The stage's record of one call: generation, parsed call (in the reply format ``fmt``), label,
     confidences, layer strings."""
     call = fmt.parse(gen.text)
