@@ -179,43 +179,12 @@ def used_baselines(estimator: Mapping[str, Any], baselines: Mapping[str, Any] | 
     return list(dict.fromkeys(names))
 
 
-def check_needs(use: Sequence[str], features: str, view: Any, candidates: Sequence[Any]) -> None:
-    """What the view (``features``) and each estimator declare they read (:class:`~mice_exp.needs.Needs`) is
-    what the config provides: every confidence source is in ``sources.use`` and every LLM-stage array exists."""
-    from mice_exp.llm.records import ARRAYS
-
-    use = list(use)
-    readers = [(f"features={features} (features.sources)", view.needs()),
-               *((f"estimator {c.key}", c.needs) for c in candidates)]
-    for who, needs in readers:
-        missing = sorted(needs.sources - set(use))
-        expect(not missing, f"{who} reads the {', '.join(missing)} confidence source, which "
-                            f"sources.use=[{', '.join(use)}] does not compute; expected "
-                            f"sources.use=[{', '.join([*use, *missing])}]")
-        for array in sorted(needs.arrays - set(ARRAYS)):
-            raise UserError(f"{who} reads representation={array!r}, which the LLM stage does not keep; "
-                            f"expected an LLM-stage array: {', '.join(ARRAYS)}")
-
-
-def check_baselines(cfg: Mapping[str, Any]) -> None:
-    """Every estimator a run names exists among the composed ``baselines`` and builds, and what it reads
-    is provided (:func:`check_needs`); the estimator rules (:data:`RULES` under ``estimator.``) hold for
-    each of them too."""
-    from mice_exp.estimation import Study
-    from mice_exp.features import make_view
-
-    study = Study.from_config(cfg)
-    protocol = [study.candidate(key, "protocol.estimators") for key in cfg["protocol"].get("estimators") or []]
-    candidates, view = [study.main, *study.references, *protocol], make_view(cfg["features"])
-    check_needs(cfg["sources"]["use"], cfg["features"]["name"], view, candidates)
-    if not cfg["llm"].get("records"):  # a records file needs no backend: nothing generates
-        from mice_exp.llm.backends import check_backend, check_internals
-
-        check_backend(cfg["llm"])
-        check_internals(cfg["llm"], view, [(c.key, c.estimator) for c in candidates])
+def check_baseline_values(cfg: Mapping[str, Any]) -> None:
+    """The estimator rules (:data:`RULES` under ``estimator.``) for every ``baselines`` entry the run reads
+    (:func:`used_baselines`), named as ``baselines.<key>.<setting>``."""
     named = [*cfg["compare_with"], *(cfg["protocol"].get("estimators") or [])]
     for name in used_baselines(cfg["estimator"], cfg.get("baselines"), named):
-        entry = {**cfg, "estimator": cfg["baselines"][name]}
+        entry = {"estimator": (cfg.get("baselines") or {}).get(name) or {}}
         for key, (ok, expected) in RULES.items():
             present, value = _lookup(entry, key) if key.startswith("estimator.") else (False, None)
             expect(not present or ok(value), f"baselines.{name}.{key.removeprefix('estimator.')}={value!r}; "
@@ -223,10 +192,9 @@ def check_baselines(cfg: Mapping[str, Any]) -> None:
 
 
 def check_config(cfg: dict[str, Any]) -> None:
-    """Reject invalid values before anything expensive runs (each check raises a one-line UserError)."""
-    from mice_exp.features import make_view
+    """Reject invalid values before anything is built (each check raises a one-line UserError); what the built
+    objects must provide each other (needs, internals, gate trust) :meth:`mice_exp.pipeline.Pipeline.check` checks."""
     from mice_exp.llm.records import SOURCES
-    from mice_exp.protocols import make_protocol
     from mice_exp.tracking.store import is_enabled, tracking_uri
 
     for key in sorted(set(cfg) - set(SETTINGS)):
@@ -238,9 +206,7 @@ def check_config(cfg: dict[str, Any]) -> None:
     check_risk(cfg["risk"])
     check_llm(cfg["llm"])
     check_model_folder(cfg["llm"]["source"])
-    make_protocol(cfg["protocol"])
-    make_view(cfg["features"]).validate()
-    check_baselines(cfg)
+    check_baseline_values(cfg)
     unknown = set(cfg["sources"]["use"]) - set(SOURCES)
     if unknown:
         raise UserError(f"sources.use={cfg['sources']['use']}; expected some of {', '.join(SOURCES)}")

@@ -103,6 +103,9 @@ class Study:
     references: list[Candidate]
     baselines: Mapping[str, Mapping[str, Any]]
     risks: dict[str, Risk]
+    risk: str = "medium"  # the configured risk's name among ``risks`` (what a gate decides with)
+    named: dict[str, Candidate] = field(default_factory=dict)  # the protocol's own estimators, by key
+    diagnostics: Mapping[str, Any] = field(default_factory=dict)  # estimator.diagnostics: the field's regions
     permutations: int = 1000
     seed: int = 0
     n_jobs: int = 1
@@ -111,18 +114,23 @@ class Study:
     features: str = ""
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> Study:
-        """The study a resolved run config describes (every name checked: one-line errors)."""
+    def from_config(cls, cfg: Mapping[str, Any], named: Sequence[str] = ()) -> Study:
+        """The study a resolved run config describes, each estimator built once: the run's, the reference rows
+        and the ``named`` keys a protocol fits (``protocol.estimators``); every name checked: one-line errors."""
         baselines = cfg.get("baselines") or {}
         references = [candidate(baseline_entry(baselines, key, "compare_with"), baselines) for key in cfg["compare_with"]]
+        own = {key: candidate(baseline_entry(baselines, key, "protocol.estimators"), baselines) for key in named}
         return cls(main=candidate(cfg["estimator"], baselines), references=references, baselines=baselines,
-                   risks=risks_from(cfg["risk"]), permutations=int(cfg["permutations"]), seed=int(cfg["seed"]),
+                   risks=risks_from(cfg["risk"]), risk=str(cfg["risk"]["name"]), named=own,
+                   diagnostics=cfg["estimator"].get("diagnostics") or {},
+                   permutations=int(cfg["permutations"]), seed=int(cfg["seed"]),
                    n_jobs=int(cfg.get("n_jobs", 1)), llm=cfg["llm"]["display"], dataset=cfg["dataset"]["name"],
                    features=cfg["features"]["name"])
 
     def candidate(self, key: str, where: str) -> Candidate:
-        """A fresh unfitted estimator of ``baselines.<key>`` (``where``: the setting that names it)."""
-        return candidate(baseline_entry(self.baselines, key, where), self.baselines)
+        """The unfitted estimator of ``baselines.<key>`` (``where``: the setting that names it): the one built with
+        the study when it was ``named``, else built now (a protocol made apart from the study, as in tests)."""
+        return self.named.get(key) or candidate(baseline_entry(self.baselines, key, where), self.baselines)
 
     def heading(self, protocol: str, n_test: int) -> str:
         return f"{self.llm} on {self.dataset} ({protocol}, features {self.features}, {n_test} test examples)"

@@ -1,5 +1,6 @@
-"""What one job prints and logs: the LLM stage's summary, then the protocol's outcome (Table-1 rows and their
-metrics, the action-belief and per-argument scores, the field diagnostics, predictions, figures and the gate)."""
+"""What one job prints and logs into its tracked run: the LLM stage's summary, then the protocol's outcome (Table-1
+rows and their metrics, the action-belief and per-argument scores, the field diagnostics, predictions, figures) and
+the gate; it computes nothing the outcome does not hold. The report (:mod:`mice_exp.report`) reads finished runs."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from mice_exp.estimation import feature_weights
+from mice_exp.metrics import TAU_GRID, TRIVIAL_POLICIES, etcu_curve
+from mice_exp.metrics.calibration import wilson_interval
 from mice_exp.tracking import schema
 
 if TYPE_CHECKING:  # annotations only
     from mice_exp.estimation import Row
     from mice_exp.features import FeatureSet
-    from mice_exp.llm.records import StageOutput
+    from mice_exp.llm.records import Record, StageOutput
     from mice_exp.pipeline import Pipeline
     from mice_exp.protocols import Outcome
 
@@ -23,7 +27,7 @@ MAX_APIS_LISTED = 10  # accuracy per API is printed up to this many APIs
 FEW_TEST_CALLS = 100
 
 
-def label_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+def label_counts(records: list[Record]) -> dict[str, dict[str, int]]:
     """Correct / incorrect / unparseable counts per split."""
     counts: dict[str, dict[str, int]] = {}
     for row in records:
@@ -33,7 +37,7 @@ def label_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return counts
 
 
-def llm_summary(name: str, records: list[dict[str, Any]]) -> str:
+def llm_summary(name: str, records: list[Record]) -> str:
     total = len(records)
     correct = sum(r["label"] for r in records)
     lines = [f"{name}: {correct}/{total} tool calls correct (accuracy {correct / max(total, 1):.3f})"]
@@ -42,8 +46,6 @@ def llm_summary(name: str, records: list[dict[str, Any]]) -> str:
                      f"(unparseable {c['parse_errors']})")
     apis = sorted({r["api"] for r in records})
     if len(apis) <= MAX_APIS_LISTED:  # BFCL's categories: is each one worth a full run?
-        from mice_exp.metrics.calibration import wilson_interval
-
         for api in apis:
             labels = [r["label"] for r in records if r["api"] == api]
             low, high = wilson_interval(sum(labels), len(labels))
@@ -77,7 +79,7 @@ def log_stage(pipeline: Pipeline, output: StageOutput, tracker: Any) -> dict[str
 
 def log_outcome(pipeline: Pipeline, output: StageOutput, fs: FeatureSet, outcome: Outcome,
                 tracker: Any) -> dict[str, Any]:
-    """Print the protocol's text and log its tables and figures; with Table-1 rows, everything
+    """Print the protocol's text and log its metrics, tables and figures; with Table-1 rows, everything
     :func:`log_rows` logs (``objective``: the run's estimator's AUC-ETCU)."""
     print("\n" + outcome.text)
     if (note := small_test_note(int(fs.rows("test").sum()), pipeline.stage.llm["name"], pipeline.paths.root)):
@@ -86,27 +88,24 @@ def log_outcome(pipeline: Pipeline, output: StageOutput, fs: FeatureSet, outcome
         tracker.log_table(frame, name)
     for name, figure in outcome.figures.items():
         tracker.log_figure(figure, name)
-    return log_rows(pipeline, output, fs, outcome.rows, tracker) if outcome.rows else {}
+    if outcome.regions is not None:
+        from mice_exp.report.figures import region_reliability  # matplotlib
+
+        regions = outcome.regions
+        for region, figure in region_reliability(regions.confidence, regions.labels, regions.regions).items():
+            tracker.log_figure(figure, schema.field_region_figure(region))
+    return log_rows(pipeline, output, fs, outcome, tracker) if outcome.rows else {}
 
 
-def log_rows(pipeline: Pipeline, output: StageOutput, fs: FeatureSet, rows: list[Row], tracker: Any) -> dict[str, Any]:
-    """What a run with Table-1 rows logs: every row's metrics (the reference rows as ``baseline.*``),
-    the action-belief and per-argument scores, the field diagnostics, the predictions and figures,
-    and the gate of the fitted estimator."""
+def log_rows(pipeline: Pipeline, output: StageOutput, fs: FeatureSet, outcome: Outcome, tracker: Any) -> dict[str, Any]:
+    """What a run with Table-1 rows logs: every row's metrics (the reference rows as ``baseline.*``) and the
+    outcome's own (action belief, per-argument scores, field diagnosis), the predictions and figures, and the gate
+    of the fitted estimator."""
+    rows = outcome.rows
     metrics = dict(rows[-1].metrics)
     for row in rows[:-1]:
         metrics |= {schema.baseline_key(row.key, k): v for k, v in row.metrics.items()}
-    if "acts" in fs.sources:
-        from mice_exp.estimation import action_belief
-
-        text, belief = action_belief(rows, fs.sources["acts"][fs.rows("test")], fs.labels[fs.rows("test")])
-        print("\n" + text)
-        metrics |= belief
-    scores = pipeline.argument_scores(output.records)
-    print("\n" + scores.summary())
-    metrics |= scores.metrics
-    if hasattr(rows[-1].estimator, "diagnose"):
-        metrics |= diagnose_field(rows[-1].estimator, fs, tracker, pipeline.study.main.source, pipeline.diagnostics)
+    metrics |= outcome.metrics
     tracker.log_metrics(metrics)
     log_outputs(tracker, rows, fs, pipeline.study.llm)
     from mice_exp.gate.build import save_run_gate
@@ -120,9 +119,7 @@ def log_rows(pipeline: Pipeline, output: StageOutput, fs: FeatureSet, rows: list
 
 def log_outputs(tracker: Any, rows: list[Row], fs: FeatureSet, title: str) -> None:
     """Predictions table and the paper's figures as artifacts of the run (``title``: the LLM's display name)."""
-    from mice_exp.estimation import feature_weights
-    from mice_exp.metrics import TAU_GRID, TRIVIAL_POLICIES, etcu_curve
-    from mice_exp.report import figures
+    from mice_exp.report import figures  # matplotlib
 
     test = fs.rows("test")
     y = fs.labels[test]
@@ -146,25 +143,3 @@ def log_outputs(tracker: Any, rows: list[Row], fs: FeatureSet, title: str) -> No
         tracker.log_figure(figures.layer_score_distributions(fs.layer_scores, fs.labels, layers, title=title),
                            schema.LAYER_SCORES_FIGURE)
 
-
-def diagnose_field(estimator: Any, fs: FeatureSet, tracker: Any, source: str,
-                   options: dict[str, Any]) -> dict[str, float]:
-    """Where the base estimator is over- or underconfident on test (Kobalczyk & van der Schaar, Fig. 4-6);
-    ``source``: the confidence it reads, ``options``: ``estimator.diagnostics``."""
-    from mice_exp.protocols import inputs
-    from mice_exp.report.figures import region_reliability
-
-    if estimator.fallback_:  # it learned nothing (one training class): no field, no regions to show
-        print("\nmiscalibration field: not fitted (the training labels are all one class); no diagnostics")
-        return {}
-    test = fs.rows("test")
-    X = inputs(estimator, fs, source)[test]
-    diagnosis = estimator.diagnose(X, fs.labels[test], eps=float(options.get("eps", 0.05)),
-                                   min_region=int(options.get("min_region", 30)))
-    for region, figure in region_reliability(estimator.base_confidence(X), fs.labels[test], diagnosis.regions).items():
-        tracker.log_figure(figure, schema.field_region_figure(region))
-    over, under = diagnosis.metrics["frac_over"], diagnosis.metrics["frac_under"]
-    print(f"\nmiscalibration field on test: {over:.0%} overconfident, {under:.0%} underconfident, "
-          f"worst-slice gap {diagnosis.metrics['worst_slice_gap']:.3f}; selected {estimator.selected()}")
-    return {schema.field_key(k): v for k, v in diagnosis.metrics.items()} | {
-        schema.field_key(k): v for k, v in estimator.selected().items()} | {schema.field_key("n_test"): int(test.sum())}

@@ -11,24 +11,41 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from mice_exp.compose import as_plain
 from mice_exp.config import check_config, check_data, used_baselines
 from mice_exp.data import Example, Selection, demo_pool, make_dataset
-from mice_exp.errors import UserError
+from mice_exp.discover import class_path
+from mice_exp.errors import UserError, expect
 from mice_exp.llm.precision import resolve_dtype
-from mice_exp.llm.records import StageOutput
+from mice_exp.llm.records import ARRAYS, Record, StageOutput
 from mice_exp.llm.stage import LazyLLM, LLMStage
 from mice_exp.paths import Paths, paths_from
 
 if TYPE_CHECKING:  # annotations only
-    from mice_exp.estimation import Study
+    from mice_exp.estimation import Candidate, Study
     from mice_exp.features import FeatureSet
     from mice_exp.features.arguments import ArgumentScores
     from mice_exp.protocols import Outcome, Protocol
+
+
+def check_needs(use: Sequence[str], features: str, view: Any, candidates: Sequence[Candidate]) -> None:
+    """What the view (``features``) and each estimator declare they read (:class:`~mice_exp.needs.Needs`) is
+    what the config provides: every confidence source is in ``sources.use`` and every LLM-stage array exists."""
+    use = list(use)
+    readers = [(f"features={features} (features.sources)", view.needs()),
+               *((f"estimator {c.key}", c.needs) for c in candidates)]
+    for who, needs in readers:
+        missing = sorted(needs.sources - set(use))
+        expect(not missing, f"{who} reads the {', '.join(missing)} confidence source, which "
+                            f"sources.use=[{', '.join(use)}] does not compute; expected "
+                            f"sources.use=[{', '.join([*use, *missing])}]")
+        for array in sorted(needs.arrays - set(ARRAYS)):
+            raise UserError(f"{who} reads representation={array!r}, which the LLM stage does not keep; "
+                            f"expected an LLM-stage array: {', '.join(ARRAYS)}")
 
 
 @dataclass
@@ -39,20 +56,21 @@ class Pipeline:
     paths: Paths
     stage: LLMStage  # the data set, the prompt, the LLM settings and the lazily loaded backend
     sources: Mapping[str, Any]  # conf/sources: the confidence sources beyond raw probability
+    feature_settings: Mapping[str, Any]  # conf/features: the view's node, what a gate saves to rebuild it
     view: Any  # the unfitted feature view (conf/features)
     protocol: Protocol
     study: Study  # the run's estimator, its reference rows and how rows are scored
     tracking: Mapping[str, Any]  # conf/tracking
     gate: Mapping[str, Any]  # conf/gate: whether and where the fitted estimator is saved as a gate
-    diagnostics: Mapping[str, Any]  # estimator.diagnostics: the miscalibration field's regions
     estimates: bool  # stage=all: the estimation follows the LLM stage
     force: bool  # re-run a job MLflow already holds FINISHED
 
     @classmethod
     def from_config(cls, cfg: Any, paths: Paths | None = None, llm: Any = None) -> Pipeline:
-        """Resolve and check ``cfg`` (one line for any bad value), keep only the ``baselines`` it reads (so the
-        params, the config hash and the saved config describe what ran), pin ``llm.dtype=auto``, and build
-        every object; ``llm``: a backend the caller already holds (tests, a gate's)."""
+        """Resolve ``cfg`` and check its values (:func:`~mice_exp.config.check_config`: one line for any bad one),
+        keep only the ``baselines`` it reads (so the params, the config hash and the saved config describe what
+        ran), pin ``llm.dtype=auto``, build every object once, then check the built objects against each other
+        (:meth:`check`); ``llm``: a backend the caller already holds (tests, a gate's)."""
         from mice_exp.estimation import Study
         from mice_exp.features import make_view
         from mice_exp.protocols import make_protocol
@@ -69,11 +87,72 @@ class Pipeline:
         paths = paths or paths_from(cfg["paths"])
         stage = LLMStage(make_dataset(cfg["dataset"]), cfg["prompt"], cfg["llm"], cfg["retrieval"], paths,
                          LazyLLM(cfg["llm"], paths.models, llm))
-        return cls(config=cfg, paths=paths, stage=stage, sources=cfg["sources"],
-                   view=make_view(cfg["features"], paths.features, int(cfg["seed"])),
-                   protocol=make_protocol(cfg["protocol"]), study=Study.from_config(cfg), tracking=cfg["tracking"],
-                   gate=cfg.get("gate") or {}, diagnostics=cfg["estimator"].get("diagnostics") or {},
-                   estimates=cfg.get("stage", "all") == "all", force=bool(cfg.get("force")))
+        protocol = make_protocol(cfg["protocol"])
+        pipeline = cls(config=cfg, paths=paths, stage=stage, sources=cfg["sources"], feature_settings=cfg["features"],
+                       view=make_view(cfg["features"], paths.features, int(cfg["seed"])), protocol=protocol,
+                       study=Study.from_config(cfg, protocol.estimators), tracking=cfg["tracking"],
+                       gate=cfg.get("gate") or {},
+                       estimates=cfg.get("stage", "all") == "all", force=bool(cfg.get("force")))
+        pipeline.check()
+        return pipeline
+
+    def candidates(self) -> list[Candidate]:
+        """Every estimator the run fits: its own, the reference rows and the protocol's (sample efficiency)."""
+        return [self.study.main, *self.study.references, *self.study.named.values()]
+
+    def check(self) -> None:
+        """The built objects checked against each other before anything loads or runs (one line each): what the
+        view and every estimator read is provided (:func:`check_needs`), the backend returns the internals they
+        read, and the gate this run saves will trust the view's and the estimator's classes."""
+        self.view.validate()
+        check_needs(self.sources["use"], self.feature_settings["name"], self.view, self.candidates())
+        if not self.stage.llm.get("records"):  # a records file needs no backend: nothing generates
+            from mice_exp.llm.backends import check_backend, check_internals
+
+            check_backend(self.stage.llm)
+            check_internals(self.stage.llm, self.view, [(c.key, c.estimator) for c in self.candidates()])
+        if self.saves_gate():
+            self.check_trusted()
+
+    def saves_gate(self) -> bool:
+        """Whether a run of this pipeline saves a gate: ``gate.save``, one fitted model (holdout) and inputs a gate
+        rebuilds for a new query (:meth:`gate_unsupported`)."""
+        return (self.estimates and bool(self.gate.get("save", True)) and self.protocol.one_model
+                and self.gate_unsupported() is None)
+
+    def gate_unsupported(self) -> str | None:
+        """Why a gate cannot rebuild this pipeline's inputs for a new query (None when it can). Every feature view
+        can: the gate keeps the fitted one."""
+        main = self.study.main
+        if main.estimator.input_kind == "field":
+            return (f"estimator={main.key}: a field correction holds a torch network, which a gate "
+                    "does not save yet; expected an estimator without a base")
+        if main.needs.arrays:  # a field correction's representation was refused above, with its base
+            return (f"estimator={main.key}: it reads the LLM's {', '.join(sorted(main.needs.arrays))} hidden states, "
+                    "which a gate does not keep for new queries yet; expected an estimator on the confidence or the "
+                    "feature view")
+        if main.source != "raw":
+            return (f"estimator.source={main.source!r}: a gate computes the raw confidence only, not the "
+                    f"{main.source} source (mice_exp.llm.sources); expected an estimator on the raw confidence or the "
+                    "feature view")
+        if self.view.sources:
+            return (f"features.sources={list(self.view.sources)}: a gate does not compute extra confidence "
+                    "sources; expected features without sources")
+        return None
+
+    def check_trusted(self) -> None:
+        """The view's and the estimator's classes are ones a gate loads (found in their packages): checked before a
+        run that saves a gate, since a class found nowhere would otherwise fail at the save, after the run."""
+        from mice_exp.estimators import estimator_classes
+        from mice_exp.features import view_classes
+
+        for obj, classes, where, package in ((self.view, view_classes(), "features._target_", "mice_exp.features"),
+                                             (self.study.main.estimator, estimator_classes(),
+                                              "estimator.model._target_", "mice_exp.estimators")):
+            if type(obj) not in classes:
+                raise UserError(f"{where}={class_path(obj)}: a gate loads only the classes defined in a module of "
+                                f"{package} or exported by it, so this run's gate could not be saved; expected the "
+                                f"class in {package} (or gate.save=false)")
 
     # -- the LLM stage
     def check_data(self) -> Selection:
@@ -97,10 +176,7 @@ class Pipeline:
     def reads_states(self) -> bool:
         """Whether the estimation reads the LLM's hidden states: the view's layers, a probe's or a field
         correction's representation (the sample-efficiency protocol's estimators included)."""
-        keys = getattr(self.protocol, "estimators", None) or ()
-        estimators = [c.estimator for c in (self.study.main, *self.study.references)]
-        estimators += [self.study.candidate(key, "protocol.estimators").estimator for key in keys]
-        return self.estimates and (self.view.reads_states() or any(e.needs().arrays for e in estimators))
+        return self.estimates and (self.view.reads_states() or any(c.needs.arrays for c in self.candidates()))
 
     def confidence_sources(self, output: StageOutput) -> dict[str, np.ndarray]:
         """``sources.use`` for every record: from the records file, or computed once and cached beside the
@@ -128,11 +204,16 @@ class Pipeline:
         return fit_features(self.view, output, sources)
 
     def estimate(self, output: StageOutput) -> tuple[FeatureSet, Outcome]:
-        """Confidence sources -> feature view -> protocol: the feature set and what the protocol returns."""
+        """Confidence sources -> feature view -> protocol: the feature set and what the protocol returns, with the
+        per-argument scores of the test calls when it has Table-1 rows."""
         fs = self.features(output, self.confidence_sources(output))
-        return fs, self.protocol.run(self.study, fs)
+        outcome = self.protocol.run(self.study, fs)
+        if outcome.rows:
+            scores = self.argument_scores(output.records)
+            outcome.add(scores.summary(), scores.metrics)
+        return fs, outcome
 
-    def argument_scores(self, records: list[dict[str, Any]]) -> ArgumentScores:
+    def argument_scores(self, records: list[Record]) -> ArgumentScores:
         """Per-argument and API-name confidence on the test calls, labelled against their examples' gold."""
         from mice_exp.features.arguments import argument_metrics
         from mice_exp.llm.toolcall import call_format

@@ -1,7 +1,7 @@
 """The plain pipeline behind the Hydra entrypoint: ``run(cfg) -> dict`` (easy to call from tests).
 
 The config builds one :class:`~mice_exp.pipeline.Pipeline`; then LLM stage (cached) -> feature view (cached)
--> protocol (estimators, metrics) -> log (:mod:`mice_exp.report.job`), all inside one MLflow run that ends
+-> protocol (estimators, metrics) -> log (:mod:`mice_exp.job`), all inside one MLflow run that ends
 FINISHED or FAILED. Nothing here reads the config: each step is an object the pipeline holds.
 """
 
@@ -51,7 +51,7 @@ def run_shard(pipeline: Pipeline) -> dict[str, Any]:
 
 def run(cfg: DictConfig | dict) -> dict[str, Any]:
     """Run the configured pipeline and return its metrics (``objective``: the estimator's AUC-ETCU)."""
-    from mice_exp.report.job import log_outcome, log_stage
+    from mice_exp.job import log_outcome, log_stage
 
     pipeline = Pipeline.from_config(cfg)
     check_cache(pipeline.paths.cache)

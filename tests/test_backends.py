@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mice_exp.config import check_config
 from mice_exp.data import make_dataset
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_batch
 from mice_exp.llm.records import read_stage
 from mice_exp.llm.stage import LLMStage
 from mice_exp.paths import PACKAGE_ROOT
+from mice_exp.pipeline import Pipeline
 from tests.conftest import MODELS_CACHE, cache_sharing_models, stage_of
 from tests.test_llm_stage import paths_in, tiny_cfg
 
@@ -62,23 +62,24 @@ def test_the_hf_key_is_the_key_every_cache_was_made_with(tmp_path):
 
 def test_an_unknown_backend_is_one_line():
     with pytest.raises(UserError, match=r"llm.backend='tgi'; expected one of hf, vllm, openai"):
-        check_config(tiny_cfg(**{"llm.backend": "tgi"}))
+        Pipeline.from_config(tiny_cfg(**{"llm.backend": "tgi"}))
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="this Python has vllm")
 def test_vllm_without_its_package_names_the_install():
     with pytest.raises(UserError, match=r"llm.backend=vllm needs the vllm package.*make vllm"):
-        check_config(tiny_cfg(**{"llm.backend": "vllm"}))
+        Pipeline.from_config(tiny_cfg(**{"llm.backend": "vllm"}))
 
 
 def test_a_black_box_backend_refuses_what_reads_the_layers():
     with pytest.raises(UserError, match=r"features=bertscore .* reads the LLM's layers, which llm.backend=openai"):
-        check_config(tiny_cfg(**{"llm.backend": "openai"}))
+        Pipeline.from_config(tiny_cfg(**{"llm.backend": "openai"}))
     with pytest.raises(UserError, match=r"estimator probe_last reads hidden states, which llm.backend=openai"):
-        check_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "estimator": "probe_last"}))
-    check_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "estimator": "mice_lr"}))
-    check_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "sources.use": "[p_true,consistency]",
-                             "features.sources": "[p_true]"}))  # the sources are black-box: the server computes them
+        Pipeline.from_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "estimator": "probe_last"}))
+    Pipeline.from_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "estimator": "mice_lr"}))
+    Pipeline.from_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only",
+                                     "sources.use": "[p_true,consistency]", "features.sources": "[p_true]"}))
+    # the sources are black-box: the server computes them
 
 
 def test_openai_needs_an_address_and_a_model(tmp_path):

@@ -47,15 +47,18 @@ def test_x_without_the_base_and_representation_blocks_is_a_clear_error():
         FieldCorrection(RawConfidence(), field=FAST).fit(X.to_numpy(), y)
 
 
-def test_a_field_that_learned_nothing_has_no_diagnostics_instead_of_an_attribute_error(capsys):
+def test_a_field_that_learned_nothing_has_no_diagnostics_instead_of_an_attribute_error():
     """One training class: the estimator falls back to the base rate, and the run says there is no field."""
     import warnings
 
-    from mice_exp.report.job import diagnose_field
+    from mice_exp.protocols import Outcome
+    from mice_exp.protocols.table import diagnose_field
 
     X, _ = regime_data(40)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = FieldCorrection(RawConfidence(), field=FAST).fit(X, np.zeros(40, dtype=int))
-    assert model.fallback_ and diagnose_field(model, fs=None, tracker=None, source="raw", options={}) == {}
-    assert "miscalibration field: not fitted" in capsys.readouterr().out
+    outcome = Outcome()
+    diagnose_field(outcome, model, fs=None, source="raw", options={})
+    assert model.fallback_ and outcome.metrics == {} and outcome.regions is None
+    assert "miscalibration field: not fitted" in outcome.text

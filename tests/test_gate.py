@@ -50,7 +50,7 @@ def fitted(tmp_path_factory, tiny_llm):
     out = pipeline.stage.run()
     fs = build_features(cfg["features"], read_stage(out), paths.features)
     estimator = MiceLogisticRegression(C=1e6).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
-    folder = save_gate(tmp / "gate", cfg, estimator, fs.view, select_examples(cfg["dataset"], paths).examples,
+    folder = save_gate(tmp / "gate", pipeline, estimator, fs.view, select_examples(cfg["dataset"], paths).examples,
                        llm_stage=read_stage(out).info)
     return folder, estimator, fs, SimpleNamespace(cfg=cfg, paths=paths, out=out, pipeline=pipeline)
 
@@ -210,7 +210,8 @@ def test_a_pca_gate_keeps_the_run_s_projections_and_scores_its_records_as_the_ru
     stage = read_stage(run.out)
     fs = build_features(cfg["features"], stage, run.paths.features)
     estimator = MiceLogisticRegression(C=1e6).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
-    folder = save_gate(tmp_path / "pca", cfg, estimator, fs.view, run.pipeline.demo_pool(), llm_stage=stage.info)
+    pipeline = Pipeline.from_config(cfg, run.paths)
+    folder = save_gate(tmp_path / "pca", pipeline, estimator, fs.view, run.pipeline.demo_pool(), llm_stage=stage.info)
     assert read_spec(folder)["view"]["class"] == "mice_exp.features.views.PcaView"
     gate = Gate.load(folder, llm=tiny_llm)
     again = gate.features(stage)  # the run's records through the loaded view: nothing is fitted again
@@ -301,24 +302,28 @@ def test_every_estimator_a_gate_may_hold_loads_with_the_types_it_declares(estima
 
 def test_save_refuses_what_a_gate_could_not_rebuild_or_load(fitted, tmp_path):
     _, estimator, fs, _ = fitted
-    pool = select_examples(tiny_cfg()["dataset"], Paths(root=PACKAGE_ROOT, cache=tmp_path)).examples
+    paths = Paths(root=PACKAGE_ROOT, cache=tmp_path)
+    pool = select_examples(tiny_cfg()["dataset"], paths).examples
+
+    def pipeline(*overrides: str) -> Pipeline:
+        return Pipeline.from_config(tiny_cfg(*overrides), paths)
+
     with pytest.raises(UserError, match="estimator.source='p_true': a gate computes the raw confidence only"):
-        save_gate(tmp_path / "g", tiny_cfg("estimator=p_true"), estimator, fs.view, pool)
+        save_gate(tmp_path / "g", pipeline("estimator=p_true", "sources.use=[p_true]"), estimator, fs.view, pool)
     with pytest.raises(UserError, match=r"features.sources=\['verbalized'\]"):
-        save_gate(tmp_path / "g", tiny_cfg("features.sources=[verbalized]"), estimator, fs.view, pool)
+        save_gate(tmp_path / "g", pipeline("features.sources=[verbalized]", "sources.use=[verbalized]"), estimator,
+                  fs.view, pool)
     with pytest.raises(UserError, match="the demo pool has 1 examples; prompt.k_demos=2"):
-        save_gate(tmp_path / "g", tiny_cfg(), estimator, fs.view, pool[:1])
+        save_gate(tmp_path / "g", pipeline(), estimator, fs.view, pool[:1])
     narrow = MiceLogisticRegression().fit(fs.X[:, :3], np.array([1, 1, 0, 0, 1, 1]))
     with pytest.raises(UserError, match="fitted on 3 columns; the feature view has 4"):
-        save_gate(tmp_path / "g", tiny_cfg(), narrow, fs.view, pool)
+        save_gate(tmp_path / "g", pipeline(), narrow, fs.view, pool)
 
 
 @pytest.mark.parametrize("estimator", ["probe_last", "probe_best_layer", "mahalanobis"])
 def test_hidden_state_estimators_are_not_saved_as_gates(estimator):
-    from mice_exp.gate.artifact import unsupported
-
-    cfg = as_plain(compose_config([f"estimator={estimator}"]))
-    assert unsupported(cfg["features"], cfg["estimator"]).startswith(f"estimator={estimator}: it reads the LLM's last_token hidden states")
+    pipeline = Pipeline.from_config(compose_config([f"estimator={estimator}"]))
+    assert pipeline.gate_unsupported().startswith(f"estimator={estimator}: it reads the LLM's last_token hidden states")
 
 
 @pytest.mark.parametrize("item, message", [

@@ -355,13 +355,15 @@ def test_a_gate_answers_in_its_saved_format(stages, tiny_llm, tmp_path):
     from mice_exp.estimators import MiceLogisticRegression
     from mice_exp.features import build_features
     from mice_exp.gate import Gate, read_queries, save_gate
+    from mice_exp.pipeline import Pipeline
 
     folders, paths = stages
     cfg = tiny_cfg("prompt=json_tools", "features=cosine", "estimator=mice_lr")
     stage = read_stage(folders["json_tools"])
     fs = build_features(cfg["features"], stage, paths.features)
     estimator = MiceLogisticRegression(C=1e6).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
-    folder = save_gate(tmp_path / "gate", cfg, estimator, fs.view, select_examples(cfg["dataset"], paths).examples,
+    pool = select_examples(cfg["dataset"], paths).examples
+    folder = save_gate(tmp_path / "gate", Pipeline.from_config(cfg, paths), estimator, fs.view, pool,
                        llm_stage=stage.info)
     gate = Gate.load(folder, llm=tiny_llm)
     assert gate.builder().fmt is TAGGED and gate.builder().schemas

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from mlflow import MlflowClient
@@ -128,7 +130,7 @@ def test_hidden_state_baselines_run_end_to_end_as_the_estimator_and_as_reference
 
 
 def test_the_llm_summary_gives_each_categorys_accuracy_when_there_are_few():
-    from mice_exp.report.job import llm_summary
+    from mice_exp.job import llm_summary
 
     records = [{"api": api, "label": label, "split": "test", "parse_error": None}
                for api, label in [("simple_python", 1), ("simple_python", 0), ("multiple", 0), ("multiple", 0)]]
@@ -140,7 +142,7 @@ def test_the_llm_summary_gives_each_categorys_accuracy_when_there_are_few():
 
 
 def test_a_table_on_a_handful_of_test_calls_says_it_cannot_separate_the_estimators(tmp_path):
-    from mice_exp.report.job import small_test_note
+    from mice_exp.job import small_test_note
 
     assert small_test_note(200, "smollm2_135m", tmp_path) is None
     note = small_test_note(12, "smollm2_135m", tmp_path)
@@ -148,3 +150,94 @@ def test_a_table_on_a_handful_of_test_calls_says_it_cannot_separate_the_estimato
     (tmp_path / "experiments" / "records").mkdir(parents=True)
     (tmp_path / "experiments" / "records" / "ste-smollm2_135m.jsonl.gz").touch()
     assert "llm.records=experiments/records/ste-smollm2_135m.jsonl.gz" in small_test_note(12, "smollm2_135m", tmp_path)
+
+
+def count_instances(monkeypatch, classes: list[type]) -> dict[str, int]:
+    """How many objects of each of ``classes`` are built from now on (by their own class: a subclass calling its
+    parent's ``__init__`` counts once)."""
+    counts: dict[str, int] = {}
+
+    def counted(cls: type) -> Any:
+        @functools.wraps(cls.__init__)  # scikit-learn reads the parameters from its signature
+        def counting(self, *args, **kwargs):
+            if type(self) is cls:
+                counts[cls.__name__] = counts.get(cls.__name__, 0) + 1
+            init(self, *args, **kwargs)
+
+        init = cls.__init__
+        return counting
+
+    for cls in classes:
+        monkeypatch.setattr(cls, "__init__", counted(cls))
+    return counts
+
+
+@pytest.mark.parametrize("protocol, estimators", [("holdout", 4), ("sample_efficiency", 4 + 4)])
+def test_one_pipeline_builds_each_view_protocol_study_and_estimator_once(tmp_path, monkeypatch, protocol, estimators):
+    """The values are checked on the config, then every object is built once and the built objects are checked:
+    the run's estimator, its 3 reference rows and the sample-efficiency protocol's 4 estimators."""
+    from mice_exp.estimation import Study
+    from mice_exp.estimators import estimator_classes
+    from mice_exp.features import view_classes
+    from mice_exp.pipeline import Pipeline
+    from mice_exp.protocols import Holdout, Loao, SampleEfficiency
+
+    views, protocols = view_classes(), [Holdout, Loao, SampleEfficiency]
+    counts = count_instances(monkeypatch, [*views, *protocols, Study, *estimator_classes()])
+    Pipeline.from_config(compose_config(overrides(tmp_path) + [f"protocol={protocol}"]))
+    assert sum(counts.get(c.__name__, 0) for c in views) == 1
+    assert sum(counts.get(c.__name__, 0) for c in protocols) == 1 and counts["Study"] == 1
+    assert sum(counts.values()) - 3 == estimators
+
+
+OWN_VIEW = '''
+from mice_exp.features.views import CosineView
+
+
+class OwnView(CosineView):
+    """A view of one's own, in a module of its own."""
+
+    view = "own"
+'''
+
+
+def own_view(overrides: list[str], target: str) -> list[str]:
+    return overrides + ["features=cosine", f"features._target_={target}", "features.view=own", "features.name=own"]
+
+
+@pytest.mark.slow
+def test_a_view_in_a_module_of_its_own_is_found_as_estimators_are_and_its_run_saves_a_gate(tmp_path, monkeypatch,
+                                                                                           capsys):
+    import mice_exp.features
+    from mice_exp.features import view_classes
+    from mice_exp.gate import Gate
+
+    (tmp_path / "own_view.py").write_text(OWN_VIEW)
+    monkeypatch.setattr(mice_exp.features, "__path__", [*mice_exp.features.__path__, str(tmp_path)])
+    try:
+        assert "OwnView" in {c.__name__ for c in view_classes()}
+        args = own_view(overrides(tmp_path), "mice_exp.features.own_view.OwnView")
+        run(compose_config(args + ["tracking.enabled=false", "permutations=0"]))
+        folder = capsys.readouterr().out.split("gate saved: ")[1].split()[0]
+        assert type(Gate.load(folder).view).__name__ == "OwnView"
+    finally:
+        sys.modules.pop("mice_exp.features.own_view", None)
+
+
+def test_a_view_no_gate_could_load_is_refused_before_the_run(tmp_path, monkeypatch):
+    """Outside mice_exp.features, a view runs (features._target_ may name any class) but its gate could not be
+    loaded: refused in one line before the LLM stage, unless the run saves no gate."""
+    from mice_exp.errors import UserError
+    from mice_exp.pipeline import Pipeline
+
+    (tmp_path / "elsewhere_view.py").write_text(OWN_VIEW)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        args = own_view(overrides(tmp_path), "elsewhere_view.OwnView")
+        with pytest.raises(UserError, match=r"features._target_=elsewhere_view.OwnView: a gate loads only the classes "
+                                            r"defined in a module of mice_exp.features"):
+            Pipeline.from_config(compose_config(args))
+        Pipeline.from_config(compose_config(args + ["gate.save=false"]))
+        Pipeline.from_config(compose_config(args + ["protocol=loao"]))  # no single model: no gate
+    finally:
+        sys.modules.pop("elsewhere_view", None)

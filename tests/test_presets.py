@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from conftest import cache_sharing_models
 from mice_exp.compose import compose_config
-from mice_exp.config import check_config
+from mice_exp.pipeline import Pipeline
 from mice_exp.paths import PACKAGE_ROOT
 
 CONF = PACKAGE_ROOT / "conf"
@@ -49,14 +49,14 @@ def test_sweeps_are_read_with_hydras_parser():
 
 @pytest.mark.parametrize("scale", [[], ["+scale=small"]], ids=["full", "small"])
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_job_of_every_preset_composes_and_passes_check_config(preset, scale):
+def test_every_job_of_every_preset_composes_and_builds_a_checked_pipeline(preset, scale):
     """Every job at full size; scaled down (which changes sizes only), the sweep's first and last jobs."""
     jobs = combinations(sweep_of(preset, *scale))
     jobs = jobs if not scale else [jobs[0], jobs[-1]]
     for job in jobs:
         cfg = compose_config([f"+experiment={preset}", *scale, *job])
         plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-        check_config(plain)
+        Pipeline.from_config(plain)  # the values, then the built objects against each other
         for override in job:  # the job really is what the sweep asked for
             key, value = override.split("=", 1)
             node = OmegaConf.select(cfg, key)

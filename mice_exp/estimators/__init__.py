@@ -10,10 +10,7 @@ it, and a gate trusts it (:func:`mice_exp.gate.artifact.trusted_types`).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from inspect import isabstract
-
+from mice_exp.discover import package_classes
 from mice_exp.estimators.base import ConfidenceEstimator, FallbackWarning
 from mice_exp.estimators.field import FieldCorrection
 from mice_exp.estimators.hidden import BestLayerProbe, LinearProbe
@@ -46,10 +43,4 @@ __all__ = [
 def estimator_classes() -> list[type[ConfidenceEstimator]]:
     """Every concrete estimator class defined in this package's modules or exported here (one defined elsewhere),
     the classes ``conf/estimator`` entries name."""
-    def concrete(namespace: dict[str, object]) -> list[type[ConfidenceEstimator]]:
-        return [c for c in namespace.values() if isinstance(c, type) and issubclass(c, ConfidenceEstimator)
-                and not isabstract(c)]
-
-    modules = [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)]
-    found = [c for module in modules for c in concrete(vars(module)) if c.__module__ == module.__name__]
-    return list(dict.fromkeys([*found, *concrete(globals())]))
+    return package_classes(__name__, __path__, ConfidenceEstimator, globals())

@@ -15,8 +15,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from mice_exp.discover import package_classes
 from mice_exp.errors import UserError
 from mice_exp.features.bertscore import cached_bertscore  # noqa: F401 (re-exported: the view cache)
+from mice_exp.features.views import FeatureView
 from mice_exp.llm.records import ARRAYS, StageOutput
 
 
@@ -68,12 +70,18 @@ SAVED_VIEW_TARGETS = {"bertscore": "mice_exp.features.views.BertScoreView",
                       "pca": "mice_exp.features.views.PcaView"}
 
 
+def view_classes() -> list[type[FeatureView]]:
+    """Every view class ``conf/features`` entries may name: those defined in this package's modules or exported
+    here (one defined elsewhere), found as the estimators are; a gate trusts them in its view file
+    (:func:`mice_exp.gate.artifact.trusted_types`), so a new view needs no list there."""
+    return package_classes(__name__, __path__, FeatureView, globals())
+
+
 def make_view(cfg: Mapping[str, Any], cache_dir: Path | None = None, seed: int = 0) -> Any:
     """The unfitted view a ``conf/features`` node names with ``_target_`` (one hop; ``view`` must be its own), with
     what the job sets besides the YAML where the view has it: ``cache_dir`` (where BERTScores are cached; None:
     computed) and ``seed`` (the random state of PCA)."""
     from mice_exp.compose import build_object
-    from mice_exp.features.views import FeatureView
 
     if "_target_" not in cfg and cfg.get("view") in SAVED_VIEW_TARGETS:
         cfg = {**cfg, "_target_": SAVED_VIEW_TARGETS[cfg["view"]]}

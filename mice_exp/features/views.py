@@ -179,8 +179,3 @@ class PcaView(FeatureView):
         names = [f"pca_L{i}_{j}" for i, pca in zip(self.layers_, self.pcas_) for j in range(pca.n_components_)]
         return np.concatenate(blocks, axis=1), names
 
-
-def view_classes() -> list[type[FeatureView]]:
-    """Every view class this module defines, the classes ``conf/features`` entries name: a gate trusts them
-    in its view file (:func:`mice_exp.gate.artifact.trusted_types`), so a new view needs no list there."""
-    return [c for c in globals().values() if isinstance(c, type) and issubclass(c, FeatureView) and c is not FeatureView]

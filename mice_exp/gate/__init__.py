@@ -3,7 +3,7 @@ LLM's call, its calibrated probability of being correct, and execute / abstain a
 
     from mice_exp.gate import Gate, save_gate
 
-    save_gate("gate/", cfg, fitted_estimator, fs.view, demo_pool)        # after a holdout fit
+    save_gate("gate/", pipeline, fitted_estimator, fs.view, demo_pool)   # after a holdout fit of a Pipeline
     gate = Gate.load("gate/")                                           # or "runs:/<run id>/gate"
     decision = gate.check(messages, tools)          # an OpenAI chat request -> Decision(call, probability, ...)
     gate.decide([{"id": 1, "query": "...", "tools": "API_name: ...\\n..."}])   # the batch command's JSON answers

@@ -20,12 +20,17 @@ import datetime as _dt
 import json
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from mice_exp import __version__
 from mice_exp.cache import file_sha256, read_jsonl, write_json, write_jsonl
 from mice_exp.data.records import Example
+from mice_exp.discover import class_path, type_path
 from mice_exp.errors import UserError
+
+if TYPE_CHECKING:  # annotations only
+    from mice_exp.metrics import Risk
+    from mice_exp.pipeline import Pipeline
 
 GATE_FORMAT = 1
 SPEC_FILE = "gate.json"
@@ -44,14 +49,6 @@ FEATURE_IDENTITY = ("view", "layers", "confidence", "components", "sources")
 ENCODER_IDENTITY = ("model", "num_layers")
 
 
-def class_path(obj: Any) -> str:
-    return type_path(type(obj))
-
-
-def type_path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def estimator_classes() -> dict[str, type]:
     """The estimator classes a gate may hold (what ``gate.json`` may name), by class path: those
     :mod:`mice_exp.estimators` exports, so a new estimator needs no list here."""
@@ -61,8 +58,8 @@ def estimator_classes() -> dict[str, type]:
 
 
 def view_classes() -> dict[str, type]:
-    """The feature view classes a gate may hold, by class path: those :mod:`mice_exp.features.views` defines."""
-    from mice_exp.features.views import view_classes as defined
+    """The feature view classes a gate may hold, by class path: those :mod:`mice_exp.features` finds."""
+    from mice_exp.features import view_classes as defined
 
     return {type_path(cls): cls for cls in defined()}
 
@@ -87,32 +84,15 @@ def _jsonable(value: Any) -> Any:
 
 
 def risk_entry(risk_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The configured risk with its threshold tau (execute iff p > tau)."""
+    """The configured risk (a ``conf/risk`` node) with its threshold tau (execute iff p > tau)."""
     from mice_exp.estimation import risks_from
 
-    risk = risks_from(risk_cfg)[risk_cfg["name"]]
-    return {"name": str(risk_cfg["name"]), "tp": risk.tp, "fp": risk.fp, "tn": risk.tn, "fn": risk.fn, "tau": risk.tau}
+    return risk_spec(str(risk_cfg["name"]), risks_from(risk_cfg)[risk_cfg["name"]])
 
 
-def unsupported(features: Mapping[str, Any], estimator: Mapping[str, Any] | None) -> str | None:
-    """Why a gate cannot rebuild the inputs of a pipeline with these ``features`` and ``estimator`` entries for
-    a new query (None when it can). Every feature view can: the gate keeps the fitted one."""
-    estimator = estimator or {}
-    if estimator.get("base"):
-        return (f"estimator={estimator['key']}: a field correction holds a torch network, which a gate "
-                "does not save yet; expected an estimator without a base")
-    representation = (estimator.get("model") or {}).get("representation")
-    if representation:  # a field correction's representation was refused above, with its base
-        return (f"estimator={estimator['key']}: it reads the LLM's {representation} hidden states, which a "
-                "gate does not keep for new queries yet; expected an estimator on the confidence or the feature view")
-    source = estimator.get("source", "raw")
-    if source != "raw":
-        return (f"estimator.source={source!r}: a gate computes the raw confidence only, not the {source} source "
-                "(mice_exp.llm.sources); expected an estimator on the raw confidence or the feature view")
-    if features.get("sources"):
-        return (f"features.sources={list(features['sources'])}: a gate does not compute extra confidence "
-                "sources; expected features without sources")
-    return None
+def risk_spec(name: str, risk: Risk) -> dict[str, Any]:
+    """``gate.json``'s ``risk``: a risk's name, its utilities and the threshold it implies (:attr:`Risk.tau`)."""
+    return {"name": name, "tp": risk.tp, "fp": risk.fp, "tn": risk.tn, "fn": risk.fn, "tau": risk.tau}
 
 
 def check_estimator(estimator: Any, columns: Sequence[str]) -> None:
@@ -141,7 +121,7 @@ def dump(obj: Any) -> bytes:
 
 def save_gate(
     folder: str | Path,
-    cfg: Mapping[str, Any],
+    pipeline: Pipeline,
     estimator: Any,
     view: Any,
     demo_pool: Sequence[Example],
@@ -152,8 +132,9 @@ def save_gate(
 
     Args:
         folder: where to write (created; an existing gate there is replaced).
-        cfg: the resolved pipeline config (``llm``, ``prompt``, ``retrieval``, ``features``,
-            ``risk``, ``estimator``, ``seed``; ``dataset`` is kept as provenance).
+        pipeline: the run's objects (:class:`~mice_exp.pipeline.Pipeline`): its LLM stage's ``llm``, ``prompt``,
+            ``retrieval`` (and ``dataset``, kept as provenance), its ``feature_settings`` (the ``features``
+            node), its study's risk, seed and estimator's key and name.
         estimator: the fitted estimator (holdout protocol: trained on the training split).
         view: the fitted feature view (``FeatureSet.view``) whose columns the estimator was fitted on; the
             gate transforms new queries with it.
@@ -164,13 +145,13 @@ def save_gate(
     """
     from mice_exp.llm.prompt import load_template
 
-    features = dict(cfg["features"])
-    reason = unsupported(cfg["features"], cfg.get("estimator"))
+    stage, study = pipeline.stage, pipeline.study
+    reason = pipeline.gate_unsupported()
     if reason:
         raise UserError(f"cannot save this pipeline as a gate: {reason}")
     columns = list(view.get_feature_names_out())
     check_estimator(estimator, columns)
-    k = int(cfg["prompt"]["k_demos"])
+    k = int(stage.prompt["k_demos"])
     if len(demo_pool) < k:
         raise UserError(f"the demo pool has {len(demo_pool)} examples; prompt.k_demos={k} needs at least that many")
     files = {ESTIMATOR_FILE: dump(estimator), VIEW_FILE: dump(view)}
@@ -183,29 +164,29 @@ def save_gate(
     templates = {}
     for role in ("template", "system"):
         name = f"{role}.txt"
-        (folder / TEMPLATE_DIR / name).write_text(load_template(cfg["prompt"][role]), encoding="utf-8")
+        (folder / TEMPLATE_DIR / name).write_text(load_template(stage.prompt[role]), encoding="utf-8")
         templates[role] = f"{TEMPLATE_DIR}/{name}"
     spec = {
         "format": GATE_FORMAT,
         "mice_exp_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "llm": dict(cfg["llm"]),
+        "llm": dict(stage.llm),
         "llm_stage": dict(llm_stage or {}),
-        "prompt": dict(cfg["prompt"]),
+        "prompt": dict(stage.prompt),
         "templates": templates,
-        "retrieval": dict(cfg["retrieval"]),
-        "features": features,
+        "retrieval": dict(stage.retrieval),
+        "features": dict(pipeline.feature_settings),
         "columns": columns,
         "view": {"class": class_path(view), "file": VIEW_FILE, "sha256": file_sha256(folder / VIEW_FILE)},
-        "risk": risk_entry(cfg["risk"]),
-        "seed": int(cfg.get("seed", 0)),
+        "risk": risk_spec(study.risk, study.risks[study.risk]),
+        "seed": study.seed,
         "estimator": {
-            "key": cfg.get("estimator", {}).get("key"), "name": cfg.get("estimator", {}).get("name"),
+            "key": study.main.key, "name": study.main.name,
             "class": class_path(estimator), "params": _jsonable(estimator.get_params()), "source": "raw",
             "input_kind": estimator.input_kind, "file": ESTIMATOR_FILE, "sha256": file_sha256(folder / ESTIMATOR_FILE),
         },
         "demo_pool": {"file": POOL_FILE, "size": len(demo_pool), "sha256": file_sha256(folder / POOL_FILE)},
-        "dataset": dict(cfg.get("dataset", {})),
+        "dataset": dict(stage.dataset.settings),
         "provenance": dict(provenance or {}),
     }
     write_json(folder / SPEC_FILE, spec)

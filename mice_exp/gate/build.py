@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mice_exp.cache import stable_hash
-from mice_exp.gate.artifact import save_gate, unsupported
+from mice_exp.discover import class_path
+from mice_exp.gate.artifact import risk_spec, save_gate
 from mice_exp.gate.registry import log_gate, model_name, register_gate
 from mice_exp.paths import Paths
 
@@ -17,8 +18,17 @@ if TYPE_CHECKING:  # annotations only
     from mice_exp.llm.records import StageOutput
     from mice_exp.pipeline import Pipeline
 
-#: The config groups whose values name a gate saved without tracking (``<cache>/gates/<...>-<hash>``).
-GATE_IDENTITY = ("llm", "prompt", "features", "estimator", "risk", "dataset", "seed")
+
+def gate_key(pipeline: Pipeline) -> str:
+    """What names a gate saved without tracking (``<cache>/gates/<...>-<hash>``): the LLM stage's settings, the
+    view's node, the estimator (class and parameters), the risk and the seed."""
+    stage, study = pipeline.stage, pipeline.study
+    main = study.main
+    return stable_hash({"llm": stage.llm, "prompt": stage.prompt, "dataset": stage.dataset.settings,
+                        "features": pipeline.feature_settings,
+                        "estimator": {"key": main.key, "class": class_path(main.estimator),
+                                      "params": main.estimator.get_params()},
+                        "risk": risk_spec(study.risk, study.risks[study.risk]), "seed": study.seed})
 
 
 def fit_gate(cfg: Any, folder: str | Path, paths: Paths | None = None, llm: Any = None) -> Path:
@@ -36,7 +46,7 @@ def fit_gate(cfg: Any, folder: str | Path, paths: Paths | None = None, llm: Any 
     stage = pipeline.stage_output()
     fs = pipeline.features(stage)
     _, fitted = holdout(pipeline.study.main.estimator, fs)
-    return save_gate(folder, pipeline.config, fitted, fs.view, pipeline.demo_pool(), llm_stage=stage.info,
+    return save_gate(folder, pipeline, fitted, fs.view, pipeline.demo_pool(), llm_stage=stage.info,
                      provenance={"llm_cache": stage.key, "train_rows": int(fs.rows("train").sum())})
 
 
@@ -48,21 +58,20 @@ def save_run_gate(pipeline: Pipeline, stage: StageOutput, fs: FeatureSet, estima
 
     ``register`` and ``name`` default to the pipeline's ``gate`` group (``conf/gate/default.yaml``);
     ``gate.save: false``, inputs the gate cannot rebuild (confidence sources other than raw, hidden-state
-    estimators; see :func:`mice_exp.gate.artifact.unsupported`) and protocols without one model
+    estimators; see :meth:`mice_exp.pipeline.Pipeline.gate_unsupported`) and protocols without one model
     (loao: ``estimator`` is None) save nothing and return {}.
     """
-    cfg, options = pipeline.config, pipeline.gate
+    options, study = pipeline.gate, pipeline.study
     register = bool(options.get("register", True)) if register is None else register
     name = name or options.get("name")
-    if not options.get("save", True) or estimator is None or unsupported(cfg["features"], cfg["estimator"]):
+    if not options.get("save", True) or estimator is None or pipeline.gate_unsupported():
         return {}
     provenance = {"run_id": getattr(tracker, "run_id", None), "llm_cache": stage.key,
                   "train_rows": int(fs.rows("train").sum())}
-    args = (cfg, estimator, fs.view, pipeline.demo_pool())
-    names = (cfg["llm"]["name"], cfg["features"]["name"], cfg["estimator"]["key"])
+    args = (pipeline, estimator, fs.view, pipeline.demo_pool())
+    names = (pipeline.stage.llm["name"], pipeline.feature_settings["name"], study.main.key)
     if not getattr(tracker, "enabled", True) or getattr(tracker, "run_id", None) is None:
-        key = stable_hash({k: cfg[k] for k in GATE_IDENTITY})
-        folder = pipeline.paths.cache / "gates" / f"{'-'.join(names)}-{key}"
+        folder = pipeline.paths.cache / "gates" / f"{'-'.join(names)}-{gate_key(pipeline)}"
         save_gate(folder, *args, llm_stage=stage.info, provenance=provenance)
         return {"folder": str(folder)}
     with tempfile.TemporaryDirectory(prefix="mice-gate-") as tmp:

@@ -9,7 +9,7 @@ and how rows are scored) and returns an :class:`Outcome` that the job prints and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -45,21 +45,43 @@ def take(X: np.ndarray | pd.DataFrame, rows: np.ndarray | list[int]) -> np.ndarr
 
 
 @dataclass
+class FieldRegions:
+    """Where the run's field correction finds its base over- or underconfident on the test rows: the base's
+    confidence, the labels and each region's rows (the job draws one reliability diagram per region)."""
+
+    confidence: np.ndarray
+    labels: np.ndarray
+    regions: dict[str, np.ndarray]
+
+
+@dataclass
 class Outcome:
     """What a protocol hands back to the job: Table-1 rows (the run's estimator last; none for a
-    protocol without one model per row), the console text, and tables and figures to log as
-    artifacts (keyed by their :mod:`mice_exp.tracking.schema` artifact names)."""
+    protocol without one model per row), the console text, metrics beyond the rows' (action belief, per-argument
+    scores, the field diagnosis), the field's regions, and tables and figures to log as artifacts (keyed by their
+    :mod:`mice_exp.tracking.schema` artifact names). The job only prints and logs it."""
 
     rows: list[Row] = field(default_factory=list)
     text: str = ""
     tables: dict[str, Any] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    regions: FieldRegions | None = None
+
+    def add(self, text: str, metrics: Mapping[str, float]) -> None:
+        """A section of console text and the metrics it reports."""
+        self.text += "\n\n" + text
+        self.metrics |= metrics
 
 
 class Protocol:
     """A ``conf/protocol`` entry as an object: its parameters are the YAML's keys, ``name`` labels its runs."""
 
     name: ClassVar[str]
+    #: Whether the run's estimator ends fitted once, on the training split: the model a gate saves (holdout).
+    one_model: ClassVar[bool] = False
+    #: The ``baselines`` keys it fits besides the study's rows (sample efficiency's), built once with the study.
+    estimators: Sequence[str] = ()
 
     def run(self, study: Study, fs: FeatureSet) -> Outcome:
         raise NotImplementedError

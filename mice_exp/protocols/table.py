@@ -8,15 +8,16 @@ so a zero-shot row's permutation marks compare it with the very predictions show
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 from sklearn.base import clone
 
 from mice_exp.data.splits import loao_folds
 from mice_exp.errors import UserError
-from mice_exp.estimation import table
-from mice_exp.protocols.base import Outcome, Protocol, inputs, take
+from mice_exp.estimation import action_belief, table
+from mice_exp.protocols.base import FieldRegions, Outcome, Protocol, inputs, take
+from mice_exp.tracking.schema import field_key
 
 if TYPE_CHECKING:  # annotations only
     from mice_exp.estimation import Study
@@ -58,13 +59,37 @@ class TableProtocol(Protocol):
         fitted = [(c, *holdout(c.estimator, fs, c.source)) for c in study.references]
         fitted.append((study.main, *self.predict(study.main.estimator, fs, study.main.source)))
         rows = study.score(fitted, y)
-        return Outcome(rows=rows, text=table(rows, study.heading(self.name, len(y))))
+        outcome = Outcome(rows=rows, text=table(rows, study.heading(self.name, len(y))))
+        if "acts" in fs.sources:
+            outcome.add(*action_belief(rows, fs.sources["acts"][fs.rows("test")], y))
+        if hasattr(rows[-1].estimator, "diagnose"):
+            diagnose_field(outcome, rows[-1].estimator, fs, study.main.source, study.diagnostics)
+        return outcome
+
+
+def diagnose_field(outcome: Outcome, estimator: Any, fs: FeatureSet, source: str, options: Mapping[str, Any]) -> None:
+    """Where the base estimator is over- or underconfident on test (Kobalczyk & van der Schaar, Fig. 4-6), added
+    to ``outcome``; ``source``: the confidence it reads, ``options``: ``estimator.diagnostics``."""
+    if estimator.fallback_:  # it learned nothing (one training class): no field, no regions to show
+        outcome.text += "\n\nmiscalibration field: not fitted (the training labels are all one class); no diagnostics"
+        return
+    test = fs.rows("test")
+    X = inputs(estimator, fs, source)[test]
+    diagnosis = estimator.diagnose(X, fs.labels[test], eps=float(options.get("eps", 0.05)),
+                                   min_region=int(options.get("min_region", 30)))
+    outcome.regions = FieldRegions(estimator.base_confidence(X), fs.labels[test], diagnosis.regions)
+    over, under = diagnosis.metrics["frac_over"], diagnosis.metrics["frac_under"]
+    outcome.add(f"miscalibration field on test: {over:.0%} overconfident, {under:.0%} underconfident, "
+                f"worst-slice gap {diagnosis.metrics['worst_slice_gap']:.3f}; selected {estimator.selected()}",
+                {field_key(k): v for k, v in diagnosis.metrics.items()} | {
+                    field_key(k): v for k, v in estimator.selected().items()} | {field_key("n_test"): int(test.sum())})
 
 
 class Holdout(TableProtocol):
     """Train on the training split, report on the test split (``conf/protocol/holdout.yaml``)."""
 
     name = "holdout"
+    one_model = True
 
     def predict(self, estimator: Any, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray, Any]:
         return holdout(estimator, fs, source)
