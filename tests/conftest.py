@@ -55,3 +55,16 @@ def tiny_llm():
     from mice_exp.llm.model import load_llm
 
     return load_llm(llm_conf("tiny_random"), MODELS_CACHE)
+
+
+def tiny_run(tmp_path: Path, *overrides: str) -> tuple[dict, list[dict]]:
+    """A data set run end to end on tiny_random, small and untracked (a cosine view, MICE LR, no permutation tests):
+    the run's result and its LLM stage's records."""
+    from mice_exp.compose import compose_config
+    from mice_exp.llm.records import read_stage
+    from mice_exp.run import run
+
+    result = run(compose_config(["llm=tiny_random", "llm.batch_size=4", "llm.max_new_tokens=6", "features=cosine",
+                                 "estimator=mice_lr", "permutations=0", "tracking.enabled=false",
+                                 f"paths.cache={cache_sharing_models(tmp_path / 'cache')}", *overrides]))
+    return result, read_stage(Path(result["llm_cache"])).records

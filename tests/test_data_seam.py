@@ -6,20 +6,17 @@ from __future__ import annotations
 import ast
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from conftest import cache_sharing_models
+from conftest import tiny_run
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.data import make_dataset
 from mice_exp.data.jsonl import load_jsonl
 from mice_exp.data.labels import is_correct
 from mice_exp.errors import UserError
 from mice_exp.gate.queries import parse_query
-from mice_exp.llm.records import read_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
-from mice_exp.run import run
 
 #: A data set of one's own: arithmetic queries whose label is the data set's own rule (the right tool, whatever the
 #: arguments), to show that the rule comes from the data set's class.
@@ -66,21 +63,18 @@ def test_a_new_data_set_is_a_module_and_a_yaml(tmp_path, monkeypatch):
     (tmp_path / "conf" / "dataset").mkdir(parents=True)
     (tmp_path / "conf" / "dataset" / "toy.yaml").write_text(TOY_YAML)
     monkeypatch.syspath_prepend(str(tmp_path))
-    overrides = [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "dataset=toy", "llm=tiny_random",
-                 "llm.batch_size=4", "llm.max_new_tokens=6", "prompt.k_demos=1", "features=cosine",
-                 "estimator=mice_lr", "permutations=0", "tracking.enabled=false",
-                 f"paths.cache={cache_sharing_models(tmp_path / 'cache')}"]
-    result = run(compose_config(overrides))
-    records = read_stage(Path(result["llm_cache"])).records
+    overrides = [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "dataset=toy", "prompt.k_demos=1"]
+    result, records = tiny_run(tmp_path, *overrides)
     assert len(records) == 12 and {r["dataset"] for r in records} == {"toy"}
     assert {r["split"] for r in records if r["api"] == "add"} == {"train", "validation", "test"}
     for r in records:  # labelled by Toy.is_correct: the right tool, whatever the arguments
         assert r["label"] == int(r["pred_api"] == r["api"] and r["pred_args"] is not None)
     assert "objective" in result  # the estimation ran on it
-    (example, *_) = make_dataset(as_plain(compose_config(overrides))["dataset"]).select(Paths(tmp_path, tmp_path)).examples
+    toy = make_dataset(as_plain(compose_config(overrides))["dataset"])
+    (example, *_) = toy.select(Paths(tmp_path, tmp_path)).examples
     assert is_correct(example, example.gold, {"a": -1}) and not is_correct(example, "mul", {})  # Toy's rule
     with pytest.raises(UserError, match=r"^dataset\._target_='toy_data\.Toy': .*per_api"):
-        run(compose_config([*overrides, "~dataset.per_api"]))  # its settings are its constructor's
+        tiny_run(tmp_path, *overrides, "~dataset.per_api")  # its settings are its constructor's
 
 
 #: Data set names as ``conf/dataset`` spells them, and the ones issue 40 adds.

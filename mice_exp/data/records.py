@@ -38,12 +38,31 @@ NO_GOLD = Labels()
 
 
 @dataclass(frozen=True)
+class Turn:
+    """One turn of a conversation before the call to make (a gate's chat, a multi-turn data set's step): a user's
+    text, the assistant's text and tool calls, or a tool's result."""
+
+    role: str  # "user", "assistant" or "tool"
+    text: str = ""
+    calls: tuple[tuple[str, dict[str, Any]], ...] = ()  # the assistant's calls: (function name, arguments)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What a prompt shows besides the query when the call to make is a step of a conversation: a system text of
+    its own and every turn (the last user turn, the query, included), in order (:mod:`mice_exp.llm.prompt`)."""
+
+    system: str
+    turns: tuple[Turn, ...]
+
+
+@dataclass(frozen=True)
 class Example:
     """One tool-calling query with its allowed tools and gold call.
 
     ``labels`` is the data set's labelling rule (:mod:`mice_exp.data.labels`); ``api`` is the stratum for
-    splits and leave-one-API-out (STE: gold API; BFCL: category; jsonl: its ``api`` field); examples of one
-    ``conversation`` always share a split.
+    splits and leave-one-API-out (STE: gold API; BFCL: category; jsonl: its ``api`` field). A step of a multi-turn
+    conversation carries the turns before it in ``conversation`` (its last user turn's text is ``query``).
     """
 
     id: str  # stable, unique: "<dataset>/<api>/<index>"
@@ -56,6 +75,7 @@ class Example:
     demo: str  # the gold call as a demonstration: 'Action: <api>\nAction Input: <json>' (BFCL's irrelevance:
     #            a reply with no call); "" when the example cannot serve as one (kept out of the demo pool)
     labels: Labels = field(default=NO_GOLD, compare=False, repr=False)
+    conversation: Conversation | None = None  # the turns before this call, where it is a conversation's step
 
     @cached_property
     def schemas(self) -> list[Schema]:
@@ -64,8 +84,9 @@ class Example:
         return tool_schemas(self.tools, f"example {self.id}")
 
     def row(self) -> dict[str, Any]:
-        """The example as a JSON object (a gate's demonstration pool); the labelling rule is code, not data."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "labels"}
+        """The example as a JSON object (a gate's demonstration pool, which shows single queries); the labelling
+        rule is code, not data."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("labels", "conversation")}
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Example:

@@ -22,10 +22,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from mice_exp.data.records import Example
+from mice_exp.data.records import Conversation, Example, Turn
 from mice_exp.data.schemas import Schema, function_schema, object_schema_problem, ste_text
 from mice_exp.errors import UserError
-from mice_exp.llm.prompt import Conversation, Turn
 
 #: The roles of OpenAI's chat messages.
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -172,7 +171,7 @@ def tool_call(call: Any, where: str) -> tuple[str | None, Call]:
 
 
 def conversation(messages: Any) -> Conversation:
-    """A chat's messages as the :class:`~mice_exp.llm.prompt.Conversation` the gate's prompt shows, every message
+    """A chat's messages as the :class:`~mice_exp.data.records.Conversation` the gate's prompt shows, every message
     in it or refused in one line: system / developer text first (the prompt shows it once, in its system turn),
     then user, assistant (text and tool calls) and tool turns, each tool result answering a call of the
     assistant turn before it, every call answered before the conversation goes on. The conversation ends with
@@ -239,15 +238,7 @@ def conversation(messages: Any) -> Conversation:
     return Conversation("\n\n".join(system), tuple(turns))
 
 
-@dataclass(frozen=True)
-class ChatExample(Example):
-    """A chat request as the prompt builder's example: the last user turn is its query (what demonstrations
-    are retrieved for), and ``conversation`` everything the prompt shows of the chat."""
-
-    conversation: Conversation | None = None
-
-
-def chat_example(messages: Messages, tools: Any, index: int, schemas: bool) -> ChatExample:
+def chat_example(messages: Messages, tools: Any, index: int, schemas: bool) -> Example:
     """A chat request as the :class:`Example` the gate's prompt builder takes (no gold: it is unknown);
     ``schemas``: the gate shows tools as JSON schemas, else in STE's text form."""
     chat = conversation(messages)
@@ -260,9 +251,9 @@ def chat_example(messages: Messages, tools: Any, index: int, schemas: bool) -> C
         except UserError as error:
             raise InvalidRequest(str(error), param="tools", code="invalid_function_parameters") from None
     query = next(t.text for t in reversed(chat.turns) if t.role == "user")
-    return ChatExample(id=f"gate/{index}", dataset="jsonl", api="gate", query=query, tools=text,
-                       tool_names=tuple(s["function"]["name"] for s in checked),
-                       gold={"action": None, "action_input": None}, demo="", conversation=chat)
+    return Example(id=f"gate/{index}", dataset="jsonl", api="gate", query=query, tools=text,
+                   tool_names=tuple(s["function"]["name"] for s in checked),
+                   gold={"action": None, "action_input": None}, demo="", conversation=chat)
 
 
 #: JSON Schema's type names and the Python values each admits (a bool is no number).

@@ -18,7 +18,7 @@ query's in the instructions; ``per_demo``, each in its own demonstration's turn 
 turn too, as well as in the instructions), so the instructions offer the query's tools alone. Where "no tool fits" is a right answer (BFCL's irrelevance categories) a pooled
 list can offer a demonstration's tool that fits the query.
 
-A query may carry a whole conversation (an example with a :class:`Conversation`, as the gate's chat requests
+A query may carry a whole conversation (an example with a :class:`~mice_exp.data.records.Conversation`, as the gate's chat requests
 do): the caller's system text follows the gate's instructions in the system turn, and the conversation's
 turns follow the demonstrations, each in the reply format's documented text form (:data:`RESULT_FORMS`):
 user turns as queries, the assistant's tool calls written as the format writes a call, its text as a final
@@ -53,24 +53,6 @@ class PromptTooLong(UserError):
     def __init__(self, message: str, tokens: int, budget: int) -> None:
         super().__init__(message)
         self.tokens, self.budget = tokens, budget
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One turn of a caller's conversation: a user's text, the assistant's text and tool calls, or a tool's result."""
-
-    role: str  # "user", "assistant" or "tool"
-    text: str = ""
-    calls: tuple[tuple[str, dict[str, Any]], ...] = ()  # the assistant's calls: (function name, arguments)
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """What a caller's chat shows the model besides the query: its system text and every turn (the last user
-    turn, the query, included), in order."""
-
-    system: str
-    turns: tuple[Turn, ...]
 
 
 #: Per reply format: how a tool's result and an assistant's reply without a call are written in a prompt, as the

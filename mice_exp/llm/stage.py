@@ -198,7 +198,8 @@ class LLMStage:
         return {
             "version": STAGE_VERSION,
             "dataset": self.dataset.key(),
-            "examples": stable_hash([(e.id, e.query, e.tools, e.demo) for e in self.selection.examples]),
+            "examples": stable_hash([(e.id, e.query, e.tools, e.demo) + ((e.conversation,) if e.conversation else ())
+                                     for e in self.selection.examples]),
             "splits": stable_hash(sorted(self.selection.splits.items())),
             "retrieval": dict(self.retrieval),
             "prompt": prompt_key(self.prompt),
