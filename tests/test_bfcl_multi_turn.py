@@ -82,3 +82,23 @@ def test_bfcl_multi_turn_runs_end_to_end_on_tiny_random(tmp_path):
     result, records = tiny_run(tmp_path, "dataset=bfcl_multi_turn", "dataset.max_conversations=2")
     assert Counter(r["dataset"] for r in records) == {"bfcl_multi_turn": len(records)} and len(records) >= 10
     assert "objective" in result
+
+
+def test_a_conversation_whose_gold_cannot_be_replayed_is_skipped_and_counted(tmp_path, monkeypatch, caplog):
+    from mice_exp.data import bfcl_multi_turn
+
+    read = bfcl_multi_turn._read
+
+    def broken(path: Path) -> list[dict]:
+        rows = read(path)[:2]
+        if "possible_answer" in str(path):  # the first conversation's second gold call names no backend function
+            rows[0] = {**rows[0], "ground_truth": [["cd(folder='document')", "teleport(to='temp')"],
+                                                   *rows[0]["ground_truth"][1:]]}
+        return rows
+
+    monkeypatch.setattr(bfcl_multi_turn, "_read", broken)
+    with caplog.at_level("WARNING"):
+        dataset, selection = steps(tmp_path)
+    assert dataset.skipped == {"conversations with a gold call naming no function of its classes": 1}
+    assert {e.gold["entry"]["id"] for e in selection.examples} == {"multi_turn_base_1"}
+    assert "1 items skipped" in caplog.text

@@ -109,7 +109,7 @@ class BfclMultiTurn(MultiTurnLabels, Dataset):
                 try:
                     examples += conversation_steps(category, entry, answers[entry["id"]], self)
                 except StepError as error:
-                    self.skipped[f"conversations whose gold call {error}"] += 1
+                    self.skipped[f"conversations with {error}"] += 1
         return examples
 
     def source(self) -> str:
@@ -187,10 +187,12 @@ def parse_call(text: str, instances: dict[str, Any]) -> tuple[str, dict[str, Any
         name = node.func.id
         positional = [ast.literal_eval(a) for a in node.args]
         keywords = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-        owner = next(i for i in instances.values() if inspect.ismethod(getattr(i, name, None)))
+        owner = next((i for i in instances.values() if inspect.ismethod(getattr(i, name, None))), None)
+        if owner is None:
+            raise StepError("a gold call naming no function of its classes")
         bound = inspect.signature(getattr(owner, name)).bind_partial(*positional, **keywords)
-    except (SyntaxError, ValueError, StopIteration, TypeError) as error:
-        raise StepError(f"{text!r} does not parse ({type(error).__name__})") from None
+    except (SyntaxError, ValueError, TypeError):
+        raise StepError("a gold call that does not parse") from None
     return name, dict(bound.arguments)
 
 
@@ -223,7 +225,7 @@ def conversation_steps(category: str, entry: dict[str, Any], ground_truth: list[
             if call is not None:
                 result = execute(instances, *call)
                 if result.startswith("Error during execution"):
-                    raise StepError(f"{call[0]} fails in bfcl-eval's backend")
+                    raise StepError("a gold call that fails in bfcl-eval's backend")
                 history.append(call)
                 turns += [Turn("assistant", calls=(call,)), Turn("tool", result)]
     return steps
