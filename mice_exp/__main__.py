@@ -9,6 +9,8 @@ import hydra
 from omegaconf import DictConfig
 
 from mice_exp import errors
+from mice_exp.commands import COMMANDS, USAGE, check_command
+from mice_exp.compose import HELP_FLAGS
 from mice_exp.errors import JobFailure, UserError, fail
 from mice_exp.paths import project_root
 
@@ -17,7 +19,7 @@ CONFIG_DIR = str(project_root() / "conf")
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def hydra_app(cfg: DictConfig) -> float | None:
-    from mice_exp.run import run
+    from mice_exp.run import run  # loads numpy
 
     try:
         return run(cfg).get("objective")
@@ -44,9 +46,6 @@ def _sweep_job(error: UserError) -> JobFailure | None:
 
 
 def main() -> None:
-    from mice_exp.commands import COMMANDS, USAGE, check_command
-    from mice_exp.compose import HELP_FLAGS
-
     argv = sys.argv[1:]
     try:
         if argv and argv[0] in HELP_FLAGS:

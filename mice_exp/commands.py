@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
 from mice_exp.compose import as_plain, compose_config, wants_help
 from mice_exp.errors import UserError
+from mice_exp.paths import project_root, resolve, writable_file
+from mice_exp.report.arguments import parse_args
 
 USAGE = """usage: mice-exp [-m] [key=value ...]         run the configured experiment (a sweep with -m)
        mice-exp inspect EXAMPLE [key=value ...] per-layer logit-lens strings of one example
@@ -47,11 +51,11 @@ def inspect(argv: Sequence[str]) -> None:
     targets = [a for a in argv if "=" not in a]
     if len(targets) != 1:
         raise UserError(f"{INSPECT_USAGE}; expected exactly one example")
-    from mice_exp.pipeline import Pipeline
+    from mice_exp.pipeline import Pipeline  # loads numpy
 
     # a bad value (llm.batch_size=0 and the like) is one line, as in a run, before torch is imported
     stage = Pipeline.from_config(compose_config([a for a in argv if "=" in a])).stage
-    from mice_exp.llm.inspect import layer_table
+    from mice_exp.llm.inspect import layer_table  # loads numpy
 
     print(layer_table(stage, targets[0]))
 
@@ -59,24 +63,22 @@ def inspect(argv: Sequence[str]) -> None:
 def report(argv: Sequence[str]) -> None:
     """``mice-exp report ...``: paper tables and figures from the FINISHED MLflow runs."""
     if wants_help(argv):
-        from mice_exp.report.arguments import parse_args
-
         parse_args(["--help"])  # prints the usage and exits 0
-    from mice_exp.report.command import report as run_report
+    from mice_exp.report.command import report as run_report  # loads matplotlib, sklearn
 
     run_report(argv)
 
 
 def gate(argv: Sequence[str]) -> None:
     """``mice-exp gate model=... input=queries.jsonl``: calibrated execute / abstain decisions for new queries."""
-    from mice_exp.gate.command import gate as run_gate
+    from mice_exp.gate.command import gate as run_gate  # loads numpy
 
     run_gate(argv)
 
 
 def serve(argv: Sequence[str]) -> None:
     """``mice-exp serve model=...``: the gate as an OpenAI-compatible chat-completions endpoint on 127.0.0.1."""
-    from mice_exp.gate.command import serve as run_serve
+    from mice_exp.gate.command import serve as run_serve  # loads numpy
 
     run_serve(argv)
 
@@ -86,17 +88,16 @@ def records(argv: Sequence[str]) -> None:
     if wants_help(argv):
         print(RECORDS_USAGE)
         return
-    from mice_exp.llm.publish import default_path, publish_records
-    from mice_exp.paths import resolve, writable_file
-    from mice_exp.pipeline import Pipeline
+    from mice_exp.llm.publish import default_path, publish_records  # loads numpy
+    from mice_exp.pipeline import Pipeline  # loads numpy
 
     outputs = [a.split("=", 1)[1] for a in argv if a.startswith("output=")]
     actors = [a.split("=", 1)[1] for a in argv if a.startswith("actor=")]
     pipeline = Pipeline.from_config(compose_config([a for a in argv if not a.startswith(("output=", "actor="))]))
     stage = pipeline.stage
     if actors:  # the actor's records judged by the configured LLM
-        from mice_exp.llm.records import write_records_file
-        from mice_exp.llm.replay import judge_records
+        from mice_exp.llm.records import write_records_file  # loads numpy
+        from mice_exp.llm.replay import judge_records  # loads torch, transformers
 
         actor = resolve(actors[0], Path.cwd())
         default = actor.with_name(actor.name.replace(".jsonl.gz", f"-judged-by-{stage.llm['name']}.jsonl.gz"))
@@ -125,12 +126,9 @@ def ui(argv: Sequence[str]) -> None:
     if wants_help(argv):
         print(UI_USAGE)
         return
-    import subprocess
-    import sys
 
-    from mice_exp.paths import project_root
-    from mice_exp.tracking import ensure_experiment, tracking_uri
-    from mice_exp.tracking.dashboard import LOCAL_UI, experiment_link
+    from mice_exp.tracking import ensure_experiment, tracking_uri  # loads numpy
+    from mice_exp.tracking.dashboard import LOCAL_UI, experiment_link  # loads numpy
 
     cfg = as_plain(compose_config(list(argv)))
     root, uri = project_root(), tracking_uri(cfg["tracking"], project_root())

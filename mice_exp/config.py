@@ -194,8 +194,8 @@ def check_baseline_values(cfg: Mapping[str, Any]) -> None:
 def check_config(cfg: dict[str, Any]) -> None:
     """Reject invalid values before anything is built (each check raises a one-line UserError); what the built
     objects must provide each other (needs, internals, gate trust) :meth:`mice_exp.pipeline.Pipeline.check` checks."""
-    from mice_exp.llm.records import SOURCES
-    from mice_exp.tracking.store import is_enabled, tracking_uri
+    from mice_exp.llm.records import SOURCES  # loads hydra, omegaconf
+    from mice_exp.tracking.store import is_enabled, tracking_uri  # loads numpy
 
     for key in sorted(set(cfg) - set(SETTINGS)):
         raise UserError(f"{key}={cfg[key]!r} is not a setting: nothing reads it (a '+' override adds any key); "
@@ -237,7 +237,7 @@ def check_data(selection: Any, split: Mapping[str, Any], tools: str, protocol: s
 
 def check_cache(cache: Path) -> None:
     """``paths.cache`` must be writable: the LLM stage, features and models all live there."""
-    from mice_exp.cache import unwritable
+    from mice_exp.cache import unwritable  # loads numpy
 
     problem = unwritable(cache)
     expect(problem is None, f"paths.cache={str(cache)!r} is not writable ({problem}); expected a writable "

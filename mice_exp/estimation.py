@@ -185,7 +185,7 @@ def table(rows: list[Row], title: str) -> str:
 def action_belief(rows: list[Row], acted: np.ndarray, y: np.ndarray) -> tuple[str, dict[str, float]]:
     """Does the agent act on each confidence? Spearman consistency, agreement with each estimator's
     MBR decision at the three paper risks, and the utility of the agent's own choices (Pal et al.)."""
-    from mice_exp.metrics.action_belief import action_belief_consistency, decision_agreement
+    from mice_exp.metrics.action_belief import action_belief_consistency, decision_agreement  # loads scipy
 
     metrics = {agent_key(f"etcu_{name}"): etcu(acted.astype(float), y, risk) for name, risk in PAPER_RISKS.items()}
     metrics[agent_key("act_rate")] = float(acted.mean())

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from mice_exp.estimation import feature_weights
+from mice_exp.gate.build import save_run_gate
 from mice_exp.metrics import TAU_GRID, TRIVIAL_POLICIES, etcu_curve
 from mice_exp.metrics.calibration import wilson_interval
 from mice_exp.tracking import schema
@@ -108,7 +109,6 @@ def log_rows(pipeline: Pipeline, output: StageOutput, fs: FeatureSet, outcome: O
     metrics |= outcome.metrics
     tracker.log_metrics(metrics)
     log_outputs(tracker, rows, fs, pipeline.study.llm)
-    from mice_exp.gate.build import save_run_gate
 
     saved = save_run_gate(pipeline, output, fs, rows[-1].estimator, tracker)
     if saved:

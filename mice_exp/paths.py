@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from mice_exp.errors import UserError
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -49,8 +51,6 @@ def paths_from(cfg: Mapping[str, Any]) -> Paths:
 def writable_file(value: str | Path | None, root: Path, setting: str, force: bool = False) -> Path:
     """The file an output setting names, checked before any work: not empty, not a folder (the project's
     least of all), no existing file replaced unless ``force``, and its folder writable (created if missing)."""
-    from mice_exp.errors import UserError
-
     if value is None or not str(value).strip():
         raise UserError(f"{setting} is empty; expected the path of a file to write")
     path = resolve(str(value), root)
@@ -65,8 +65,6 @@ def writable_file(value: str | Path | None, root: Path, setting: str, force: boo
 def writable_folder(value: str | Path, base: Path, setting: str) -> Path:
     """A folder an output setting names (relative to ``base``), created and checked for writing before any work;
     never the project folder or one above it, from whichever folder the command runs."""
-    from mice_exp.errors import UserError
-
     if not str(value).strip():
         raise UserError(f"{setting} is empty; expected a folder to write into")
     path, project = resolve(str(value), base), project_root()
@@ -81,8 +79,7 @@ def writable_folder(value: str | Path, base: Path, setting: str) -> Path:
 
 def _writable(folder: Path, setting: str, value: str | Path) -> None:
     """Create ``folder`` if missing; one line if that or writing in it fails (:func:`mice_exp.cache.unwritable`)."""
-    from mice_exp.cache import unwritable
-    from mice_exp.errors import UserError
+    from mice_exp.cache import unwritable  # loads numpy
 
     problem = unwritable(folder)
     try:

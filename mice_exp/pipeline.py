@@ -20,10 +20,15 @@ from mice_exp.config import check_config, check_data, used_baselines
 from mice_exp.data import Example, Selection, demo_pool, make_dataset
 from mice_exp.discover import class_path
 from mice_exp.errors import UserError, expect
+from mice_exp.llm.backends import check_backend, check_internals
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.records import ARRAYS, Record, StageOutput
 from mice_exp.llm.stage import LazyLLM, LLMStage
+from mice_exp.llm.toolcall import call_format
 from mice_exp.paths import Paths, paths_from
+from mice_exp.tracking import hydra_tags, schema, tracked_run
+from mice_exp.tracking.dashboard import run_name
+from mice_exp.tracking.sweeps import config_hash
 
 if TYPE_CHECKING:  # annotations only
     from mice_exp.estimation import Candidate, Study
@@ -71,9 +76,9 @@ class Pipeline:
         keep only the ``baselines`` it reads (so the params, the config hash and the saved config describe what
         ran), pin ``llm.dtype=auto``, build every object once, then check the built objects against each other
         (:meth:`check`); ``llm``: a backend the caller already holds (tests, a gate's)."""
-        from mice_exp.estimation import Study
-        from mice_exp.features import make_view
-        from mice_exp.protocols import make_protocol
+        from mice_exp.estimation import Study  # loads sklearn, joblib
+        from mice_exp.features import make_view  # loads sklearn
+        from mice_exp.protocols import make_protocol  # loads matplotlib, sklearn
 
         cfg = as_plain(cfg)
         check_config(cfg)
@@ -107,7 +112,6 @@ class Pipeline:
         self.view.validate()
         check_needs(self.sources["use"], self.feature_settings["name"], self.view, self.candidates())
         if not self.stage.llm.get("records"):  # a records file needs no backend: nothing generates
-            from mice_exp.llm.backends import check_backend, check_internals
 
             check_backend(self.stage.llm)
             check_internals(self.stage.llm, self.view, [(c.key, c.estimator) for c in self.candidates()])
@@ -143,8 +147,8 @@ class Pipeline:
     def check_trusted(self) -> None:
         """The view's and the estimator's classes are ones a gate loads (found in their packages): checked before a
         run that saves a gate, since a class found nowhere would otherwise fail at the save, after the run."""
-        from mice_exp.estimators import estimator_classes
-        from mice_exp.features import view_classes
+        from mice_exp.estimators import estimator_classes  # loads sklearn, scipy
+        from mice_exp.features import view_classes  # loads sklearn
 
         for obj, classes, where, package in ((self.view, view_classes(), "features._target_", "mice_exp.features"),
                                              (self.study.main.estimator, estimator_classes(),
@@ -168,7 +172,7 @@ class Pipeline:
         self.check_data()
         output = self.stage.output(self.view.record_fields)
         if output.folder is None and output.pooled is None and self.reads_states():
-            from mice_exp.llm.replay import replay_activations
+            from mice_exp.llm.replay import replay_activations  # loads torch, transformers
 
             output.pooled = replay_activations(self.stage, output)
         return output
@@ -192,14 +196,14 @@ class Pipeline:
                                 "(compute them with `mice-exp records llm.records=FILE sources.use=[...]`)")
             return {n: np.array([np.nan if v is None else v for v in output.sources[n]], dtype=np.float64)
                     for n in names}
-        from mice_exp.llm.sources import stage_sources
+        from mice_exp.llm.sources import stage_sources  # loads torch, transformers
 
         return stage_sources(self.sources, self.stage, output, names)
 
     # -- the estimation
     def features(self, output: StageOutput, sources: Mapping[str, np.ndarray] | None = None) -> FeatureSet:
         """The view fitted on the training rows of ``output``, every record transformed."""
-        from mice_exp.features import fit_features
+        from mice_exp.features import fit_features  # loads sklearn
 
         return fit_features(self.view, output, sources)
 
@@ -215,8 +219,7 @@ class Pipeline:
 
     def argument_scores(self, records: list[Record]) -> ArgumentScores:
         """Per-argument and API-name confidence on the test calls, labelled against their examples' gold."""
-        from mice_exp.features.arguments import argument_metrics
-        from mice_exp.llm.toolcall import call_format
+        from mice_exp.features.arguments import argument_metrics  # loads sklearn
 
         examples = {e.id: e for e in self.stage.selection.examples}
         return argument_metrics([r for r in records if r["split"] == "test"], examples, call_format(self.stage.prompt))
@@ -228,14 +231,8 @@ class Pipeline:
     # -- the tracker
     def tags(self) -> dict[str, str]:
         """The run's identifying tags, its config hash and the Hydra job's tags."""
-        from mice_exp.tracking import hydra_tags, schema
-        from mice_exp.tracking.sweeps import config_hash
-
         return {**schema.job_tags(self.config), schema.CONFIG_HASH_TAG: config_hash(self.config), **hydra_tags()}
 
     def tracked_run(self, tags: Mapping[str, str]) -> AbstractContextManager[Any]:
         """The run's MLflow run (or a tracker that records nothing), ended FINISHED or FAILED however it ends."""
-        from mice_exp.tracking import tracked_run
-        from mice_exp.tracking.dashboard import run_name
-
         return tracked_run(self.tracking, self.paths.root, run_name=run_name(tags), params=self.config, tags=tags)

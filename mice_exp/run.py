@@ -15,14 +15,13 @@ from mice_exp.config import check_cache
 from mice_exp.paths import Paths
 from mice_exp.pipeline import Pipeline
 from mice_exp.tracking import schema
+from mice_exp.tracking.store import ensure_experiment, is_enabled, open_client, tracking_uri
+from mice_exp.tracking.sweeps import config_hash, finished_run_with_config, mark_reused
 
 
 def finished_before(cfg: dict[str, Any], paths: Paths, sweep: str) -> str | None:
     """The id of a FINISHED MLflow run with the same resolved config, so a re-run or resumed sweep skips
     it; the run is tagged as reused by ``sweep``, so the sweep's report still finds it."""
-    from mice_exp.tracking.store import ensure_experiment, is_enabled, open_client, tracking_uri
-    from mice_exp.tracking.sweeps import config_hash, finished_run_with_config, mark_reused
-
     if not is_enabled(cfg["tracking"]):
         return None
     experiment = ensure_experiment(cfg["tracking"], paths.root)
@@ -51,7 +50,7 @@ def run_shard(pipeline: Pipeline) -> dict[str, Any]:
 
 def run(cfg: DictConfig | dict) -> dict[str, Any]:
     """Run the configured pipeline and return its metrics (``objective``: the estimator's AUC-ETCU)."""
-    from mice_exp.job import log_outcome, log_stage
+    from mice_exp.job import log_outcome, log_stage  # loads sklearn, pandas
 
     pipeline = Pipeline.from_config(cfg)
     check_cache(pipeline.paths.cache)

@@ -101,6 +101,35 @@ def test_the_package_has_no_import_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph by folder: a subpackage of mice_exp is one node (``mice_exp.llm``), a module beside them one
+    of its own (``mice_exp.run``); an arrow for every module import between two of them."""
+    def folder(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        folders.setdefault(folder(module), set()).update(folder(t) for t in targets)
+    return {name: targets - {name} for name, targets in folders.items()}
+
+
+def test_folders_are_the_module_graph_s_first_two_names():
+    graph = {"mice_exp.llm.shards": {"mice_exp.launcher.gpus"}, "mice_exp.launcher.gpus": set(),
+             "mice_exp.launcher.slurm": {"mice_exp.run"}, "mice_exp.run": {"mice_exp.llm.stage"},
+             "mice_exp.llm.stage": {"mice_exp.llm.shards"}}
+    assert find_cycle(graph) is None  # no module returns to itself...
+    folders = folder_graph(graph)
+    assert folders["mice_exp.llm"] == {"mice_exp.launcher"}
+    assert find_cycle(folders) == ["mice_exp.launcher", "mice_exp.run", "mice_exp.llm", "mice_exp.launcher"]  # ...but
+
+
+def test_no_folder_imports_one_that_imports_it_back():
+    """A loop between folders (the LLM stage's workers importing the launcher, the launcher the app) passes the
+    module check as long as no single module returns to itself, and ties the folders into one."""
+    cycle = find_cycle(folder_graph(import_graph()))
+    assert cycle is None, "folder-level import loop: " + " -> ".join(cycle)
+
+
 #: The estimation side and the report: everything after the LLM stage's records.
 LIGHT = ["mice_exp.metrics", "mice_exp.estimators", "mice_exp.protocols", "mice_exp.protocols.sample_efficiency",
          "mice_exp.estimation", "mice_exp.report", "mice_exp.report.command", "mice_exp.features",
@@ -124,6 +153,40 @@ def test_estimators_import_without_matplotlib():
     loaded = loaded_after_import(["mice_exp.estimators"])
     assert "matplotlib" not in loaded
     assert "torch" not in loaded
+
+
+#: Libraries slow to import or optional: a function may import them where it needs them, so that importing its
+#: module stays fast (``mice-exp --help``, the estimation side without torch) and works without the extra.
+HEAVY = {"torch", "transformers", "vllm", "bert_score", "mlflow", "matplotlib", "relplot", "sklearn", "scipy", "skops",
+         "pandas", "joblib", "numpy", "hydra", "omegaconf", "hydra_plugins", "submitit", "openai", "fastapi",
+         "uvicorn", "starlette", "httpx", "pydantic", "huggingface_hub", "agents", "langchain", "langchain_core"}
+
+
+def unexplained_inner_imports() -> list[str]:
+    """``path:line`` of every import inside a function that names no heavy library and says nothing about why
+    (a comment on its line: ``# loads torch``, ``# only when a sweep is launched``)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for function in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                    continue
+                name = node.names[0].name if isinstance(node, ast.Import) else node.module or ""
+                text = lines[node.lineno - 1: node.end_lineno]
+                if not getattr(node, "level", 0) and name.split(".")[0] in HEAVY or any("#" in line for line in text):
+                    continue
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {text[0].strip()}")
+    return sorted(set(found))
+
+
+def test_an_import_inside_a_function_is_a_heavy_library_or_says_why():
+    """A module's own imports belong at its top, where a reader sees what it depends on; inside a function only
+    what is slow or optional to load, or with its reason beside it."""
+    unexplained = unexplained_inner_imports()
+    assert not unexplained, "imports inside functions without a reason:\n" + "\n".join(unexplained)
 
 
 def test_few_functions_read_the_whole_config():

@@ -14,7 +14,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from mice_exp.launcher.gpus import LauncherConfigError, parse_nvidia_smi, parse_visible_devices, plan_workers, visible_gpus
+from mice_exp.devices import parse_nvidia_smi, parse_visible_devices, visible_gpus
+from mice_exp.launcher.gpus import LauncherConfigError, plan_workers
 from mice_exp.launcher.pool import WorkerDied, run_on_devices
 from mice_exp.paths import PACKAGE_ROOT
 

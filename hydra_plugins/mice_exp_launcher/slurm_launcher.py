@@ -28,5 +28,6 @@ class MiceSlurmLauncher(_submitit.SlurmLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from mice_exp.launcher import slurm
+        from mice_exp.run import finished_before, job_config  # the app, only when a sweep is launched
 
-        return slurm.launch(self, job_overrides, initial_job_idx)
+        return slurm.launch(self, job_overrides, initial_job_idx, job_config, finished_before)

@@ -86,7 +86,7 @@ class FieldCorrection(ConfidenceEstimator):
         return cross_val_predict(clone(self.base), B, y, cv=split, method="predict_proba")[:, 1]
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
-        from mice_exp.regimes import Triples, preset
+        from mice_exp.regimes import Triples, preset  # loads torch
 
         B, R = self._blocks(X)
         f = self._out_of_fold(B, y)
@@ -114,7 +114,7 @@ class FieldCorrection(ConfidenceEstimator):
         """The paper's regime diagnostics on held-out rows (X built like the training X): region sizes,
         smECE per region of the base, of isotonic / temperature scaling fitted on the training rows and
         of the correction, the worst-slice gap, and the populated regions (to draw their reliability)."""
-        from mice_exp.regimes import Triples, diagnose
+        from mice_exp.regimes import Triples, diagnose  # loads torch
 
         X = np.asarray(X, dtype=np.float64)
         held_out = Triples(self._blocks(X)[1], self.base_confidence(X), np.asarray(y, dtype=float))

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from mice_exp.compose import build_object
 from mice_exp.discover import package_classes
 from mice_exp.errors import UserError
 from mice_exp.features.bertscore import cached_bertscore  # noqa: F401 (re-exported: the view cache)
@@ -81,8 +82,6 @@ def make_view(cfg: Mapping[str, Any], cache_dir: Path | None = None, seed: int =
     """The unfitted view a ``conf/features`` node names with ``_target_`` (one hop; ``view`` must be its own), with
     what the job sets besides the YAML where the view has it: ``cache_dir`` (where BERTScores are cached; None:
     computed) and ``seed`` (the random state of PCA)."""
-    from mice_exp.compose import build_object
-
     if "_target_" not in cfg and cfg.get("view") in SAVED_VIEW_TARGETS:
         cfg = {**cfg, "_target_": SAVED_VIEW_TARGETS[cfg["view"]]}
     return set_runtime(build_object(cfg, "features", FeatureView, {"name": None, "view": "view"}), cache_dir, seed)

@@ -27,6 +27,7 @@ from mice_exp.cache import file_sha256, read_jsonl, write_json, write_jsonl
 from mice_exp.data.records import Example
 from mice_exp.discover import class_path, type_path
 from mice_exp.errors import UserError
+from mice_exp.llm.prompt import load_template
 
 if TYPE_CHECKING:  # annotations only
     from mice_exp.metrics import Risk
@@ -52,14 +53,14 @@ ENCODER_IDENTITY = ("model", "num_layers")
 def estimator_classes() -> dict[str, type]:
     """The estimator classes a gate may hold (what ``gate.json`` may name), by class path: those
     :mod:`mice_exp.estimators` exports, so a new estimator needs no list here."""
-    from mice_exp.estimators import estimator_classes as exported
+    from mice_exp.estimators import estimator_classes as exported  # loads sklearn, scipy
 
     return {type_path(cls): cls for cls in exported()}
 
 
 def view_classes() -> dict[str, type]:
     """The feature view classes a gate may hold, by class path: those :mod:`mice_exp.features` finds."""
-    from mice_exp.features import view_classes as defined
+    from mice_exp.features import view_classes as defined  # loads sklearn
 
     return {type_path(cls): cls for cls in defined()}
 
@@ -85,7 +86,7 @@ def _jsonable(value: Any) -> Any:
 
 def risk_entry(risk_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The configured risk (a ``conf/risk`` node) with its threshold tau (execute iff p > tau)."""
-    from mice_exp.estimation import risks_from
+    from mice_exp.estimation import risks_from  # loads sklearn, joblib
 
     return risk_spec(str(risk_cfg["name"]), risks_from(risk_cfg)[risk_cfg["name"]])
 
@@ -143,8 +144,6 @@ def save_gate(
             against the loaded model).
         provenance: anything else worth keeping (run id, metrics).
     """
-    from mice_exp.llm.prompt import load_template
-
     stage, study = pipeline.stage, pipeline.study
     reason = pipeline.gate_unsupported()
     if reason:

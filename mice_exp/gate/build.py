@@ -12,6 +12,7 @@ from mice_exp.discover import class_path
 from mice_exp.gate.artifact import risk_spec, save_gate
 from mice_exp.gate.registry import log_gate, model_name, register_gate
 from mice_exp.paths import Paths
+from mice_exp.pipeline import Pipeline
 
 if TYPE_CHECKING:  # annotations only
     from mice_exp.features import FeatureSet
@@ -39,8 +40,7 @@ def fit_gate(cfg: Any, folder: str | Path, paths: Paths | None = None, llm: Any 
     (same config), otherwise they are computed here exactly as ``mice-exp`` would; ``llm``: a backend
     already loaded.
     """
-    from mice_exp.pipeline import Pipeline
-    from mice_exp.protocols import holdout
+    from mice_exp.protocols import holdout  # loads matplotlib, sklearn
 
     pipeline = Pipeline.from_config(cfg, paths, llm)
     stage = pipeline.stage_output()

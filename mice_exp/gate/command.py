@@ -16,7 +16,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from mice_exp.cache import write_text
+from mice_exp.compose import as_plain, compose_config, wants_help
+from mice_exp.config import check_config
 from mice_exp.errors import UserError, fail
+from mice_exp.gate.artifact import risk_entry
+from mice_exp.gate.chat import InvalidRequest, check_tau
+from mice_exp.gate.gate import Gate
+from mice_exp.gate.queries import read_queries
+from mice_exp.llm.precision import resolve_dtype
+from mice_exp.paths import paths_from, writable_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from mice_exp.gate.gate import Gate
@@ -46,10 +55,6 @@ def parse_options(argv: Sequence[str], keys: Sequence[str], required: Sequence[s
                   usage: str) -> tuple[dict[str, str], list[str], dict]:
     """A gate command's own ``key=value`` options, its Hydra overrides and the config they compose (checked as
     the main command checks it)."""
-    from mice_exp.compose import as_plain, compose_config
-    from mice_exp.config import check_config
-    from mice_exp.llm.precision import resolve_dtype
-
     opts: dict[str, str] = {}
     overrides: list[str] = []
     for arg in argv:
@@ -74,9 +79,6 @@ def parse_options(argv: Sequence[str], keys: Sequence[str], required: Sequence[s
 def load_gate(opts: dict[str, str], overrides: Sequence[str], cfg: dict) -> Gate:
     """The gate ``model=`` names, refused if the overrides name another LLM or feature view; ``risk=`` decides
     at that risk setting."""
-    from mice_exp.gate.gate import Gate
-    from mice_exp.paths import paths_from
-
     groups = {_group(o) for o in overrides}
     given = {o.split("=", 1)[0] for o in overrides}
     device = opts.get("device") or (cfg["llm"]["device"] if "llm.device" in given else None)
@@ -91,14 +93,9 @@ def load_gate(opts: dict[str, str], overrides: Sequence[str], cfg: dict) -> Gate
 
 
 def gate(argv: Sequence[str]) -> None:
-    from mice_exp.compose import wants_help
-
     if wants_help(argv):
         print(USAGE)
         return
-    from mice_exp.cache import write_text
-    from mice_exp.gate.queries import read_queries
-    from mice_exp.paths import writable_file
 
     opts, overrides, cfg = parse_options(argv, GATE_KEYS, ("model", "input"), USAGE)
     items, places = read_queries(opts["input"])  # a missing file fails before anything loads
@@ -130,10 +127,7 @@ SERVE_KEYS = ("model", "port", "on_abstain", "name", "max_queue", "device", "bat
 
 def tool_risk(spec: str) -> ToolRisk:
     """The per-tool thresholds of ``tool_taus=NAME:TAU,...`` with the high- and low-risk taus of ``conf/risk``."""
-    from mice_exp.compose import as_plain, compose_config
-    from mice_exp.gate.artifact import risk_entry
-    from mice_exp.gate.chat import InvalidRequest, check_tau
-    from mice_exp.gate.serve import ToolRisk
+    from mice_exp.gate.serve import ToolRisk  # loads fastapi, starlette
 
     taus = {}
     for item in filter(None, spec.split(",")):
@@ -150,12 +144,10 @@ def tool_risk(spec: str) -> ToolRisk:
 
 def serve(argv: Sequence[str]) -> None:
     """``mice-exp serve model=...``: the gate as an OpenAI-compatible endpoint (:mod:`mice_exp.gate.serve`)."""
-    from mice_exp.compose import wants_help
-
     if wants_help(argv):
         print(SERVE_USAGE)
         return
-    from mice_exp.gate.serve import check_on_abstain, check_port, open_server
+    from mice_exp.gate.serve import check_on_abstain, check_port, open_server  # loads fastapi, starlette
 
     opts, overrides, cfg = parse_options(argv, SERVE_KEYS, ("model",), SERVE_USAGE)
     if "max_queue" in opts and not opts["max_queue"].isdigit():

@@ -25,24 +25,18 @@ from tqdm.auto import tqdm
 
 from mice_exp import __version__
 from mice_exp.errors import UserError
-from mice_exp.gate.artifact import (
-    ENCODER_IDENTITY,
-    ESTIMATOR_FILE,
-    FEATURE_IDENTITY,
-    LLM_IDENTITY,
-    POOL_FILE,
-    VIEW_FILE,
-    check_estimator,
-    load_estimator,
-    load_pool,
-    load_view,
-    read_spec,
-)
-from mice_exp.gate.chat import Call, Decision, InvalidRequest, Messages, chat_example, check_tau
+from mice_exp.gate.artifact import (ENCODER_IDENTITY, ESTIMATOR_FILE, FEATURE_IDENTITY, LLM_IDENTITY, POOL_FILE,
+                                    VIEW_FILE, check_estimator, load_estimator, load_pool, load_view, read_spec,
+                                    risk_entry)
+from mice_exp.gate.chat import (Call, Decision, InvalidRequest, Messages, call_problem, chat_example, check_tau,
+                                check_tools, read_call)
 from mice_exp.gate.queries import parse_query, query_id
 from mice_exp.gate.registry import fetch, is_mlflow_uri, model_name
-from mice_exp.llm.prompt import PromptTooLong
+from mice_exp.llm.prompt import PromptBuilder, PromptTooLong
 from mice_exp.llm.records import StageOutput
+from mice_exp.llm.stage import batch_records, batches, run_batch
+from mice_exp.paths import project_root
+from mice_exp.tracking.store import open_client, tracking_uri
 
 if TYPE_CHECKING:  # pragma: no cover
     from mice_exp.data.records import Example
@@ -93,9 +87,6 @@ def check_pipeline(spec: Mapping[str, Any], cfg: Mapping[str, Any], where: str,
 
 
 def _open_client(tracking: Mapping[str, Any] | str | None, root: Path | None):
-    from mice_exp.paths import project_root
-    from mice_exp.tracking.store import open_client, tracking_uri
-
     if isinstance(tracking, str):
         return open_client(tracking)
     return open_client(tracking_uri(tracking or {}, Path(root or project_root())))
@@ -164,7 +155,7 @@ class Gate:
         check_estimator(estimator, spec["columns"])
         view = None
         if "view" in spec:
-            from mice_exp.features import set_runtime
+            from mice_exp.features import set_runtime  # loads sklearn
 
             # BERTScores computed, not cached: every batch of queries is a stage keyed "gate"
             view = set_runtime(load_view(folder / VIEW_FILE, spec["view"]["class"]), None, int(spec["seed"]))
@@ -188,8 +179,6 @@ class Gate:
 
     def set_risk(self, risk_cfg: Mapping[str, Any]) -> None:
         """Decide at another risk setting (a ``conf/risk`` entry); the probabilities do not change."""
-        from mice_exp.gate.artifact import risk_entry
-
         self.spec["risk"] = risk_entry(risk_cfg)
 
     def describe(self) -> str:
@@ -210,8 +199,7 @@ class Gate:
 
     def llm(self) -> Any:
         if self._llm is None:
-            from mice_exp.llm.model import load_llm
-            from mice_exp.paths import project_root
+            from mice_exp.llm.model import load_llm  # loads torch
 
             llm = load_llm(self.llm_cfg, self.models or project_root() / ".cache" / "models")
             self._check_llm(llm)
@@ -222,8 +210,6 @@ class Gate:
         """The gate's :class:`~mice_exp.llm.prompt.PromptBuilder` (its saved prompt settings and templates), built
         once with the LLM's tokenizer."""
         if self._builder is None:
-            from mice_exp.llm.prompt import PromptBuilder
-
             self._builder = PromptBuilder.from_config(self.prompt_cfg, self.llm().tokenizer)
         return self._builder
 
@@ -237,7 +223,7 @@ class Gate:
     def encoder(self) -> Any:
         """The retrieval encoder, holding the demonstration pool's vectors (encoded once, on first use)."""
         if self._encoder is None:
-            from mice_exp.data.retrieval import PoolEncoder, SentenceEncoder
+            from mice_exp.data.retrieval import PoolEncoder, SentenceEncoder  # loads torch, transformers
 
             retrieval = self.spec["retrieval"]
             encoder = SentenceEncoder(retrieval.get("model"), device=retrieval.get("device", "cpu"))
@@ -248,7 +234,7 @@ class Gate:
     def features(self, stage: StageOutput) -> FeatureSet:
         """The feature rows of an LLM-stage output through the run's fitted view; a gate saved before gates
         kept their view (a stateless one) fits its view on ``stage`` itself, as it did then."""
-        from mice_exp.features import build_features, transform_features
+        from mice_exp.features import build_features, transform_features  # loads sklearn
 
         if self.view is None:
             return build_features(self.spec["features"], stage, None, seed=int(self.spec["seed"]))
@@ -256,7 +242,7 @@ class Gate:
 
     def probabilities(self, fs: FeatureSet) -> np.ndarray:
         """P(correct) for the rows of a FeatureSet built with the gate's feature view."""
-        from mice_exp.protocols import inputs
+        from mice_exp.protocols import inputs  # loads matplotlib, sklearn
 
         if list(fs.columns) != self.columns:
             raise UserError(f"the feature view gave columns {fs.columns[:4]}...; the gate was fitted on "
@@ -322,8 +308,6 @@ class Gate:
                     tau: float | None = None) -> list[Decision]:
         """:meth:`score` for many ``(messages, tools, call)`` triples, teacher-forced in the LLM stage's batches
         (one forward pass each); one bad request refuses the batch (its error names it)."""
-        from mice_exp.gate.chat import call_problem, check_tools, read_call
-
         tau = self.tau if tau is None else check_tau(tau)
         examples = self._chat_examples([(m, t) for m, t, _ in requests])
         fmt, replies, problems = self.builder().fmt, {}, {}
@@ -368,7 +352,7 @@ class Gate:
         """Each example's prompt with demonstrations retrieved from the saved pool, as the pipeline builds
         it, and the examples that have none, with why (:class:`PromptTooLong`: it does not fit the context
         window even without demonstrations; tools the prompt cannot show)."""
-        from mice_exp.data.retrieval import rank_demos
+        from mice_exp.data.retrieval import rank_demos  # loads torch, transformers
 
         prompts: dict[int, Prompt] = {}
         failed: dict[int, UserError] = {}
@@ -389,8 +373,6 @@ class Gate:
 
     def _run(self, examples: dict[int, Any], prompts: dict[int, Any]) -> tuple[list[dict], np.ndarray]:
         """Generate with the LLM stage's own batch loop, build the feature rows, score them; rows in index order."""
-        from mice_exp.llm.stage import batches, run_batch
-
         llm = self.llm()
         tick = time.perf_counter()
         bar = tqdm(total=len(prompts), desc=f"gate {llm.name}", unit="query", leave=False)
@@ -408,8 +390,7 @@ class Gate:
     def _score(self, examples: dict[int, Any], prompts: dict[int, Prompt],
                replies: Mapping[int, str]) -> tuple[list[dict], np.ndarray]:
         """:meth:`_run` with each reply teacher-forced instead of generated (same batches, same records)."""
-        from mice_exp.llm.replay import reply_tokens, score_replies
-        from mice_exp.llm.stage import batch_records, batches
+        from mice_exp.llm.replay import reply_tokens, score_replies  # loads torch, transformers
 
         llm = self.llm()
         tick = time.perf_counter()
@@ -451,7 +432,7 @@ class Gate:
         """The decision on a record; a call to a tool the request did not offer (the prompt also shows the
         demonstrations' tools) is no call: nothing the caller could run; nor is a proposed call with a
         ``problem`` (:func:`~mice_exp.gate.chat.call_problem`)."""
-        from mice_exp.features.arguments import answer_arguments
+        from mice_exp.features.arguments import answer_arguments  # loads sklearn
 
         call, why = None, problem or record["parse_error"]
         if problem is None and record["pred_args"] is not None:
@@ -466,7 +447,7 @@ class Gate:
                         prompt_tokens=int(record["prompt_tokens"]), completion_tokens=len(record["token_ids"]))
 
     def _answer(self, qid: Any, record: Mapping[str, Any], p: float) -> dict[str, Any]:
-        from mice_exp.features.arguments import answer_arguments
+        from mice_exp.features.arguments import answer_arguments  # loads sklearn
 
         arguments, why_none = answer_arguments(record, self.builder().fmt)
         return {"id": qid, "call": {"api": record["pred_api"], "args": record["pred_args"]}, "text": record["text"],

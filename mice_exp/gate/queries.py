@@ -11,6 +11,7 @@ them per line and go on.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,6 @@ def read_queries(path: str | Path) -> tuple[list[dict[str, Any] | BadLine], list
     Lines that are not JSON objects become :class:`BadLine` s, so the others still run. Blank
     lines are skipped.
     """
-    import sys
-
     if str(path) == "-":
         text, name = sys.stdin.read(), "<stdin>"
     else:

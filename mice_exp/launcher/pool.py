@@ -21,7 +21,6 @@ import logging
 import multiprocessing
 import os
 import pickle
-import signal
 import time
 import traceback
 from collections import deque
@@ -35,7 +34,7 @@ try:
 except ImportError:  # pragma: no cover - joblib (a dependency of scikit-learn) vendors it
     from joblib.externals import cloudpickle
 
-from mice_exp.launcher.gpus import ENV_VAR
+from mice_exp.devices import ENV_VAR, describe_exit
 
 log = logging.getLogger(__name__)
 
@@ -117,16 +116,6 @@ def _environ(name: str, value: str) -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = old
-
-
-def describe_exit(code: int | None) -> str:
-    """A process's exit status in words (``exit code 1``, ``signal SIGKILL``), as ``Popen`` and ``Process`` give it."""
-    if code is not None and code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
 
 
 class _Slot:

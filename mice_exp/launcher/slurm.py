@@ -7,14 +7,15 @@ named ``__main__``, and finished jobs submitted again only to skip themselves. T
 the same executor with the same parameters and, around it:
 
 * drops the jobs whose resolved config already has a FINISHED MLflow run (the check a job does itself,
-  :func:`mice_exp.run.finished_before`, which also tags the run as reused by this sweep);
+  :func:`mice_exp.run.finished_before`, which also tags the run as reused by this sweep; the Hydra plugin hands
+  it in, with :func:`mice_exp.run.job_config`, so nothing here imports the app);
 * names the Slurm job after the sweep (:func:`job_name`);
 * turns sbatch's refusals into one line naming the resource or partition (:func:`explain_sbatch_error`);
 * while waiting, logs one line whenever the tasks' states or PENDING reasons change (``squeue``), and
   cancels an array Slurm can never start (PENDING for ``PartitionConfig`` and the like);
 * waits for every task, then lists each failed or cancelled one in one line.
 
-Nothing here imports torch; mice_exp's pipeline modules are imported only to check finished jobs.
+Nothing here imports torch or the app.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ import contextlib
 import copy
 import io
 import logging
+import os
 import subprocess
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from hydra.errors import CompactHydraException
 
@@ -159,13 +161,18 @@ def explain_sbatch_error(text: str, params: dict[str, Any]) -> str:
 
 # --- before submitting ----------------------------------------------------------------------------------
 
-def job_configs(launcher: Any, numbered: Sequence[tuple[int, list[str]]]) -> dict[int, tuple[dict, Any]]:
+#: The app's :func:`mice_exp.run.job_config`: a job's config -> its resolved, checked config and paths.
+JobConfig = Callable[[Any], tuple[dict, Any]]
+#: The app's :func:`mice_exp.run.finished_before`: (config, paths, sweep) -> the FINISHED run holding it, if any.
+FinishedBefore = Callable[[dict, Any, str], Optional[str]]
+
+
+def job_configs(launcher: Any, numbered: Sequence[tuple[int, list[str]]],
+                job_config: JobConfig) -> dict[int, tuple[dict, Any]]:
     """Each job's resolved config and paths as its ``run()`` will see them (jobs whose config cannot be
     prepared here are left out: they are submitted and report their own error)."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict, read_write
-
-    from mice_exp.run import job_config
 
     hydra_config = HydraConfig.instance()
     saved = hydra_config.cfg
@@ -188,11 +195,10 @@ def job_configs(launcher: Any, numbered: Sequence[tuple[int, list[str]]]) -> dic
     return configs
 
 
-def finished_jobs(launcher: Any, configs: dict[int, tuple[dict, Any]]) -> dict[int, str]:
+def finished_jobs(launcher: Any, configs: dict[int, tuple[dict, Any]],
+                  finished_before: FinishedBefore) -> dict[int, str]:
     """Job number -> the FINISHED MLflow run that already holds its result (``force=true`` jobs never);
     each such run is tagged as reused by this sweep, so ``mice-exp report --sweep`` still finds it."""
-    from mice_exp.run import finished_before
-
     sweep = str(launcher.config.hydra.sweep.dir)  # the id the jobs tag their runs with (hydra_tags)
     done = {}
     for idx, (cfg, paths) in configs.items():
@@ -228,8 +234,8 @@ def job_name(launcher: Any, todo: Sequence[tuple[int, list[str]]], configs: dict
     if experiment:
         return f"mice_exp:{experiment}"
     if len(todo) == 1 and todo[0][0] in configs:
-        from mice_exp.tracking import schema
-        from mice_exp.tracking.dashboard import run_name
+        from mice_exp.tracking import schema  # loads numpy
+        from mice_exp.tracking.dashboard import run_name  # loads numpy
 
         return f"mice_exp:{run_name(schema.job_tags(configs[todo[0][0]][0])).replace('|', '/')}"  # no | for sacct -P
     swept = _swept(list(launcher.config.hydra.overrides.task))
@@ -371,10 +377,10 @@ class SlurmJobsFailed(SlurmLaunchError):
     """Some array tasks did not complete (each listed in the log above)."""
 
 
-def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Any]:
-    """hydra-submitit-launcher's ``launch`` (see the module docstring for what differs)."""
-    import os
-
+def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, job_config: JobConfig,
+           finished_before: FinishedBefore) -> list[Any]:
+    """hydra-submitit-launcher's ``launch`` (see the module docstring for what differs); ``job_config`` and
+    ``finished_before``: the app's, handed in by the Hydra plugin, so the launcher does not import the app."""
     from hydra.core.singleton import Singleton
     from hydra.core.utils import JobReturn, JobStatus, filter_overrides
     from submitit.core.utils import FailedJobError
@@ -388,8 +394,8 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     if not numbered:
         return []
 
-    configs = job_configs(launcher, numbered)
-    skipped = finished_jobs(launcher, configs) if launcher.skip_finished else {}
+    configs = job_configs(launcher, numbered, job_config)
+    skipped = finished_jobs(launcher, configs, finished_before) if launcher.skip_finished else {}
     returns: dict[int, JobReturn] = {}
     for idx, overrides in numbered:
         if idx in skipped:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,8 +11,10 @@ from typing import Any, ClassVar, Mapping
 import torch
 from filelock import FileLock
 
+from mice_exp.cache import stable_hash
 from mice_exp.errors import UserError
 from mice_exp.llm.assets import converted_dir
+from mice_exp.llm.backends import BACKENDS, check_backend
 from mice_exp.llm.memory import keep_freed_memory
 from mice_exp.llm.precision import resolve_dtype
 
@@ -124,18 +127,12 @@ def _random_model(cfg: Mapping[str, Any], tokenizer: Any, device: torch.device =
 
 def load_llm(cfg: Mapping[str, Any], models_cache: Path) -> Any:
     """The backend ``llm.backend`` names, built from a ``conf/llm`` entry (:mod:`mice_exp.llm.backends`)."""
-    import importlib
-
-    from mice_exp.llm.backends import BACKENDS, check_backend
-
     return importlib.import_module(BACKENDS[check_backend(cfg)]).load(cfg, models_cache)
 
 
 def model_folder(cfg: Mapping[str, Any], models_cache: Path) -> Path:
     """A local folder of weights, config and tokenizer for the ``conf/llm`` entry (what another engine loads):
     the converted GGUF, the pretrained path, or a random model saved once under ``models_cache``."""
-    from mice_exp.cache import stable_hash
-
     source = cfg["source"]
     if source["kind"] == "gguf_package":
         return converted_dir(source, models_cache)

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from mice_exp.cache import read_json_if
 from mice_exp.llm.records import publishable, read_records_file, read_records_header, read_stage, write_records_file
 from mice_exp.llm.stage import LLMStage
+from mice_exp.tracking.gitinfo import git_tags
 
 
 def default_path(stage: LLMStage) -> Path:
@@ -37,7 +38,7 @@ def publish_records(stage: LLMStage, sources: Mapping[str, Any], path: Path | No
     names = list(sources["use"])
     computed: dict[str, Any] = {}
     if names:
-        from mice_exp.llm.sources import stage_sources
+        from mice_exp.llm.sources import stage_sources  # loads torch, transformers
 
         computed = stage_sources(sources, stage, output, names)
     values = {n: [None if v != v else float(v) for v in vals] for n, vals in computed.items()}  # NaN -> null
@@ -55,7 +56,5 @@ def publish_records(stage: LLMStage, sources: Mapping[str, Any], path: Path | No
 def written_by(header: dict[str, Any], root: Path, what: str) -> list[dict[str, Any]]:
     """The commits that wrote a records file, oldest first, each with what it wrote (the stage, sources, a
     copy); a file from before this field starts its list at its next write."""
-    from mice_exp.tracking.gitinfo import git_tags
-
     tags = git_tags(root)
     return [*header.get("written_by", []), {"commit": tags.get("git.commit"), "dirty": tags["git.dirty"], "wrote": what}]

@@ -20,15 +20,17 @@ import torch
 from filelock import FileLock
 from tqdm.auto import tqdm
 
-from mice_exp.cache import read_npz, stable_hash, write_npz
+from mice_exp.cache import read_intact, read_json, read_jsonl, read_npz, stable_hash, write_json, write_jsonl, write_npz
 from mice_exp.llm.capture import Generation, layer_states, lens_argmax, token_spans
 from mice_exp.errors import UserError
 from mice_exp.llm.model import LLM
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import PromptBuilder
-from mice_exp.llm.records import ARRAYS, FORMAT_DEFAULTS, StageOutput
+from mice_exp.llm.publish import written_by
+from mice_exp.llm.records import (ARRAYS, FORMAT_DEFAULTS, StageOutput, read_records_file, read_records_header,
+                                  shard_name)
 from mice_exp.llm.sources import record_prompts
-from mice_exp.llm.stage import LLMStage, prompt_key, shard_arrays
+from mice_exp.llm.stage import LLMStage, batch_records, batches, prompt_key, shard_arrays
 
 METHOD = "teacher-forced-1"  # how states are replayed; part of their cache key
 NEEDS = ("token_ids", "n_demos", "prompt_hash")  # what a record must keep to be replayed
@@ -165,10 +167,6 @@ def judge_records(stage: LLMStage, actor: Path) -> tuple[dict[str, Any], list[di
     Returns the header and records of a records file of the usual format (``llm`` is the judge: its hidden
     states replay with :func:`replay_activations`), whose header also names ``actor`` and ``judge``. Batches
     are kept in ``<cache>/llm/<judge>-judged-<actor records key>/``: an interrupted replay resumes."""
-    from mice_exp.cache import read_intact, read_json, read_jsonl
-    from mice_exp.llm.publish import written_by
-    from mice_exp.llm.records import read_records_file, read_records_header
-
     judge = stage.llm["name"]
     header = read_records_header(actor) if actor.is_file() else {}
     if header.get("llm") == judge:
@@ -201,10 +199,6 @@ def judge_records(stage: LLMStage, actor: Path) -> tuple[dict[str, Any], list[di
 def _judge_batches(stage: LLMStage, output: StageOutput, out: Path, examples: dict[str, Any],
                    demos: dict[str, list[str]], actor: str | None) -> dict[str, Any]:
     """:func:`judge_records`' batches, those not yet in ``out`` computed; ``done.json`` says they all are."""
-    from mice_exp.cache import write_json, write_jsonl
-    from mice_exp.llm.records import shard_name
-    from mice_exp.llm.stage import batch_records, batches
-
     judge = stage.llm["name"]
     by_id = {r["id"]: r for r in output.records}
     llm = stage.backend.forward_model()

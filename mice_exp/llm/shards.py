@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from tqdm.auto import tqdm
 
 from mice_exp.cache import write_json
+from mice_exp.devices import ENV_VAR, describe_exit, visible_gpus
 from mice_exp.errors import UserError, expect
 from mice_exp.llm.records import shard_name, shards
 from mice_exp.paths import Paths
@@ -87,9 +88,6 @@ def run_workers(settings: Mapping[str, Any], paths: Paths, out: Path, plan: Shar
     Finished batches stay whatever happens, so a re-run resumes; a worker that fails is named in one line
     with its log (``out/workers/worker-i-of-N.log``).
     """
-    from mice_exp.launcher.gpus import ENV_VAR, visible_gpus
-    from mice_exp.launcher.pool import describe_exit
-
     folder = out / "workers"
     spec = folder / "config.json"
     write_json(spec, {"stage": settings, "root": str(paths.root), "cache": str(paths.cache)})

@@ -41,7 +41,7 @@ from mice_exp.cache import read_jsonl, stable_hash, write_jsonl
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids, truncate
 from mice_exp.llm.model import LLM
-from mice_exp.llm.backends.openai import ENDPOINT_METHOD
+from mice_exp.llm.backends.openai import ENDPOINT_METHOD, EndpointSources
 from mice_exp.llm.prompt import PromptBuilder, option_token_ids
 from mice_exp.llm.records import SOURCES, StageOutput
 from mice_exp.llm.stage import LazyLLM, LLMStage, prompt_key
@@ -222,8 +222,6 @@ def source_runner(backend: LazyLLM) -> Any:
     """What computes the confidence sources: the server itself under ``openai`` (black-box, from its token
     log-probabilities and samples), else the transformers model's own forward passes."""
     if backend.settings.get("backend") == "openai":
-        from mice_exp.llm.backends.openai import EndpointSources
-
         return EndpointSources(backend.generator())
     return PrefixSources(backend.forward_model())
 

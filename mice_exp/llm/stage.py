@@ -146,7 +146,7 @@ class LazyLLM:
     def generator(self) -> Any:
         """The backend ``llm.backend`` names (hf, vllm, openai): what generates the LLM stage's calls."""
         if self._generator is None:
-            from mice_exp.llm.model import load_llm
+            from mice_exp.llm.model import load_llm  # loads torch
 
             self._generator = load_llm(self.settings, self.models)
         return self._generator
@@ -159,7 +159,7 @@ class LazyLLM:
             if held is not None and held.backend in ("hf", "vllm"):
                 self._forward = held if held.backend == "hf" else held.lens
             else:
-                from mice_exp.llm.model import load_hf
+                from mice_exp.llm.model import load_hf  # loads torch
 
                 self._forward = load_hf(self.settings, self.models)
         return self._forward
@@ -209,7 +209,7 @@ class LLMStage:
 
     def folder(self) -> tuple[Path, dict[str, Any]]:
         """The stage's cache folder (``<cache>/llm/<llm>-<key hash>``) and its key."""
-        from mice_exp.llm.model import resolve_device
+        from mice_exp.llm.model import resolve_device  # loads torch
 
         key = self.key(resolve_device(self.llm.get("device", "cpu")).type)
         return self.paths.llm / f"{self.llm['name']}-{stable_hash(key)}", key
@@ -243,7 +243,7 @@ class LLMStage:
             cached = read_intact(out / "demos.json", read_json)
             if cached is not None:
                 return cached
-            from mice_exp.data.retrieval import SentenceEncoder, rank_demos
+            from mice_exp.data.retrieval import SentenceEncoder, rank_demos  # loads torch, transformers
 
             pool = demo_pool(selection, pool_name)
             if pool_name == "train":

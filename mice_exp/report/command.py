@@ -46,7 +46,11 @@ from mice_exp.report.extras import Section, extra_sections
 from mice_exp.report.intervals import add_intervals
 from mice_exp.report.paper_terms import long_predictions, paper_terms, paper_terms_markdown
 from mice_exp.report.selective import selective_markdown, selective_table
+from mice_exp.tracking.dashboard import run_link
+from mice_exp.tracking.gitinfo import git_tags
 from mice_exp.tracking.schema import PARENT_TAG, REPORT_TAG, SWEEP_TAG
+from mice_exp.tracking.store import open_client, tracking_uri
+from mice_exp.tracking.sweeps import find_parent_run
 
 logger = logging.getLogger(__name__)
 
@@ -169,9 +173,6 @@ def target_run(client, report: Report, root: Path) -> tuple[str, bool]:
 
     Returns (run id, created).
     """
-    from mice_exp.tracking.sweeps import find_parent_run
-    from mice_exp.tracking.gitinfo import git_tags
-
     ids = sorted(report.experiment_ids)
     if report.sweep:
         parent = find_parent_run(client, ids, report.sweep)
@@ -220,9 +221,6 @@ def output_folder(args: argparse.Namespace, root: Path) -> Path | None:
 
 def report(argv: Sequence[str]) -> None:
     """``mice-exp report [--experiment NAME | --sweep TAG] [--tracking-uri URI] [--preset NAME | --out DIR]``."""
-    from mice_exp.tracking.dashboard import run_link
-    from mice_exp.tracking.store import open_client, tracking_uri
-
     args = parse_args(argv)
     root = project_root()
     out = output_folder(args, root)

@@ -100,7 +100,7 @@ FITS_FILE = "sample_efficiency_fits.csv.gz"  # the report's copy of every run's 
 
 def sample_efficiency(client, runs: Sequence[Any]) -> Section | None:
     """Mean (± std over groups and trials) AUC-ETCU per training size, per LLM."""
-    from mice_exp.protocols.sample_efficiency import sample_efficiency_figure
+    from mice_exp.protocols.sample_efficiency import sample_efficiency_figure  # loads scipy, hydra
 
     chosen = _latest([r for r in runs if r.data.tags.get("protocol") == "sample_efficiency"],
                      lambda r: (r.data.tags.get("llm"), r.data.tags.get("dataset"), r.data.tags.get("features")))

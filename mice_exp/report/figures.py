@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
 
-from mice_exp.metrics import smece, smece_rows
+from mice_exp.metrics import aurc, risk_coverage_curve, smece, smece_rows
 from mice_exp.metrics.bootstrap import bootstrap_intervals
 
 #: Colours of Figure 8 (seaborn's default palette): correct in blue, incorrect in orange.
@@ -177,8 +177,6 @@ def risk_coverage_curves(predictions: Mapping[str, ArrayLike], y: ArrayLike, *, 
     One solid line per estimator in ``predictions`` (labelled with its AURC, lower is better),
     the oracle (every correct call kept first) and random rejection (the base error rate) dashed.
     """
-    from mice_exp.metrics import aurc, risk_coverage_curve
-
     if not predictions:
         raise ValueError("risk_coverage_curves needs at least one estimator's predictions")
     y = np.asarray(y).reshape(-1)

@@ -22,15 +22,17 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from mice_exp.paths import paths_from
+from mice_exp.tracking.dashboard import experiment_link, run_link
+from mice_exp.tracking.store import ensure_experiment, is_enabled, tracking_uri
+from mice_exp.tracking.sweeps import ensure_parent_run
+
 logger = logging.getLogger(__name__)
 
 
 class PrepareTracking(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            from mice_exp.paths import paths_from
-            from mice_exp.tracking.store import ensure_experiment, is_enabled
-
             tracking = config.get("tracking")
             if tracking is None or not is_enabled(tracking):
                 return
@@ -38,10 +40,6 @@ class PrepareTracking(Callback):
             root = paths_from(config.get("paths") or {}).root
             experiment = ensure_experiment(tracking, root)
             logger.info("MLflow experiment %s ready in %.1fs", experiment, time.perf_counter() - start)
-            from mice_exp.tracking.sweeps import ensure_parent_run
-
-            from mice_exp.tracking.dashboard import experiment_link, run_link
-            from mice_exp.tracking.store import tracking_uri
 
             parent = ensure_parent_run(tracking, root, str(config.hydra.sweep.dir), list(config.hydra.overrides.task))
             uri = tracking_uri(tracking, root)

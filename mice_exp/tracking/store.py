@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from filelock import FileLock
+
 from mice_exp.cache import unwritable
 from mice_exp.errors import UserError
 from mice_exp.tracking.dashboard import ensure_runs_view
@@ -201,8 +203,6 @@ def open_client(uri: str) -> MlflowClient:
         if ready:
             client = _new_client(uri)
         else:
-            from filelock import FileLock
-
             with FileLock(str(db) + ".lock", timeout=LOCK_TIMEOUT_S):
                 client = _new_client(uri)  # creates the tables, or waits for the creator
                 marker.write_text(version)
@@ -250,8 +250,6 @@ def experiment_id(client: MlflowClient, uri: str, name: str, location: str | Non
         if db is None:
             found = get_or_create_experiment(client, name, location)
         else:
-            from filelock import FileLock
-
             with FileLock(str(db) + ".lock", timeout=LOCK_TIMEOUT_S):
                 found = get_or_create_experiment(client, name, location)
     ensure_runs_view(client, found)  # writes only when the tags are missing (a new or older experiment)

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from filelock import FileLock
+
 from mice_exp.cache import stable_hash
 from mice_exp.errors import UserError
 from mice_exp.tracking.gitinfo import git_tags
@@ -95,7 +97,6 @@ def _store_lock(uri: str) -> Iterator[None]:
     if db is None:
         yield
         return
-    from filelock import FileLock
 
     with FileLock(str(db) + ".lock", timeout=LOCK_TIMEOUT_S):
         yield

@@ -17,6 +17,8 @@ import numpy as np
 
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import Generation, truncate
+from mice_exp.llm.model import load_tokenizer
+from mice_exp.llm.prompt import option_token_ids
 from mice_exp.llm.toolcall import CallFormat
 
 TOKEN_ID = "token_id:"  # vLLM's spelling of a token when asked for ids (return_tokens_as_token_ids)
@@ -108,8 +110,6 @@ class EndpointCall:
     def p_true(self, prompt: Sequence[int]) -> float:
         """P(A) / (P(A) + P(B)) for the option tokens after ``prompt``, each scored as the last token of an echoed
         prompt (no token is generated), so the probabilities are the model's own over its whole vocabulary."""
-        from mice_exp.llm.prompt import option_token_ids
-
         options = [(o, t) for o in "AB" for t in option_token_ids(self.endpoint.tokenizer, o)]
         choices = self.endpoint.complete([[*prompt, t] for _, t in options], 0, echo=True, temperature=0.0)
         mass = {"A": 0.0, "B": 0.0}
@@ -167,8 +167,6 @@ def _message(error: Any) -> str:
 def load(cfg: Mapping[str, Any], models_cache: Path) -> Endpoint:
     """The endpoint ``llm.base_url`` serving ``llm.model`` (key from the variable ``llm.api_key_env``)."""
     import openai
-
-    from mice_exp.llm.model import load_tokenizer
 
     base_url, model = cfg.get("base_url"), cfg.get("model")
     if not base_url or not model:

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from mice_exp.llm.capture import Generation, lens_argmax, truncate
-from mice_exp.llm.model import LLM
+from mice_exp.llm.model import LLM, load_hf, model_folder
+from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.toolcall import CallFormat
 
 CPU_KV_CACHE_GIB = 4  # vLLM's KV cache on a CPU ($VLLM_CPU_KVCACHE_SPACE wins), not its default share of all memory
@@ -91,9 +92,6 @@ class VLLMEngine:
 def load(cfg: Mapping[str, Any], models_cache: Path) -> VLLMEngine:
     """vLLM on the model folder of a ``conf/llm`` entry, with every layer's states extracted."""
     from vllm import LLM as Engine
-
-    from mice_exp.llm.model import load_hf, model_folder
-    from mice_exp.llm.precision import resolve_dtype
 
     lens = load_hf(cfg, models_cache)
     folder = model_folder(cfg, models_cache)
