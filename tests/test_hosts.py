@@ -107,7 +107,8 @@ def run_agents_sdk(gate: Scorer, hook: str, approve: bool = False, task: list = 
     hooked = {"tool_input_guardrails": [guard.guardrail]} if hook == "tool_input_guardrails" else {
         "needs_approval": guard.needs_approval}
     with ScriptedModel(task) as model:
-        agent = Agent(name="assistant", instructions=SYSTEM, tools=[function_tool(f, **hooked) for f in task_tools(ran)],
+        agent = Agent(name="assistant", instructions=SYSTEM,
+                      tools=[function_tool(f, **hooked) for f in task_tools(ran)],
                       model=OpenAIChatCompletionsModel("scripted", AsyncOpenAI(base_url=model.url, api_key="-")))
         result = Runner.run_sync(agent, QUESTION, hooks=guard.hooks)
         while approve and result.interruptions:
@@ -247,7 +248,8 @@ def test_over_http_a_guard_gets_the_verdicts_it_gets_in_process(gate, served, ta
 
 
 def test_the_hosts_package_imports_without_torch():
-    code = "import sys, mice_exp.hosts.openai_agents, mice_exp.hosts.langchain_middleware; print('torch' in sys.modules)"
+    code = ("import sys, mice_exp.hosts.openai_agents, mice_exp.hosts.langchain_middleware; "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE_ROOT)
     assert out.stdout.strip() == "False"
 
