@@ -88,6 +88,17 @@ def test_schema_tools_of_every_shape_reach_a_json_tools_prompt_as_given(tokenize
         rendered(tokenizer, "ste", AGENT_LOOP[1:2], [shapes])
 
 
+def test_a_parameter_that_may_be_null_reaches_an_ste_prompt_as_an_optional_one(tokenizer):
+    """``days: int | None = None`` as the OpenAI Agents SDK's strict schema writes it (required, nullable)."""
+    sdk = {"type": "function", "function": {"name": "get_weather", "description": "Forecast.", "parameters": {
+        "type": "object", "additionalProperties": False, "required": ["city", "days"], "properties": {
+            "city": {"title": "City", "type": "string"},
+            "days": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None, "title": "Days"}}}}}
+    text = rendered(tokenizer, "ste", AGENT_LOOP[1:2], [sdk])
+    assert '"required_parameters": [{"name": "city", "type": "STRING", "description": "", "default": ""}], ' \
+           '"optional_parameters": [{"name": "days", "type": "INTEGER", "description": "", "default": ""}]' in text
+
+
 @pytest.mark.parametrize("messages, param, message", [
     ([AGENT_LOOP[1], AGENT_LOOP[2], {"role": "tool", "content": "r"}], "messages[2].tool_call_id",
      "a tool message without a tool_call_id"),

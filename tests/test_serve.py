@@ -252,6 +252,40 @@ def test_tool_choice_names_one_offered_function_or_requires_a_call(gate, server,
     assert info.value.code == "tool_choice_unmet" and "replied without a call to get_weather" in info.value.message
 
 
+def test_the_agents_sdk_and_langchain_talk_to_it_plain_and_streaming(server):
+    """What the frameworks send (their tool schemas with Optional parameters, their parameters) is all read;
+    tiny_random's reply holds no call, so each run ends with its text as the final answer."""
+    import asyncio
+
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from openai import AsyncOpenAI
+
+    def forecast(city: str, days: int | None = None) -> str:
+        """Forecast for a city."""
+        return "sunny"
+
+    set_tracing_disabled(True)
+
+    def agent() -> Agent:
+        model = OpenAIChatCompletionsModel(model=server.service.model,
+                                           openai_client=AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0))
+        return Agent(name="weather", instructions="Answer about the weather.", model=model,
+                     tools=[function_tool(forecast)])
+
+    async def streamed() -> str:
+        run = Runner.run_streamed(agent(), "Weather in Paris?")
+        kinds = {event.type async for event in run.stream_events()}
+        assert "raw_response_event" in kinds
+        return run.final_output
+
+    assert Runner.run_sync(agent(), "Weather in Paris?").final_output == "" == asyncio.run(streamed())
+    chat = ChatOpenAI(model=server.service.model, base_url=server.url, api_key="x", max_retries=0).bind_tools(
+        [tool(forecast)])
+    assert chat.invoke("Weather in Paris?").content == "" and {c.content for c in chat.stream("Weather?")} == {""}
+
+
 def test_the_responses_api_is_a_404_naming_the_chat_completions_model(server, client):
     with pytest.raises(openai.NotFoundError) as info:
         client.responses.create(model=server.service.model, input="Weather in Paris?")

@@ -169,6 +169,15 @@ def json_schema(spec: Any) -> Any:
     return out
 
 
+def _optional(prop: Schema) -> Schema:
+    """``{"anyOf": [X, {"type": "null"}], ...}`` as X with the other keys (an optional parameter of X's type)."""
+    options = prop.get("anyOf")
+    if not isinstance(options, list) or len(options) != 2 or {"type": "null"} not in options:
+        return prop
+    (kept,) = [o for o in options if o != {"type": "null"}]
+    return {k: v for k, v in prop.items() if k != "anyOf"} | kept if isinstance(kept, dict) else prop
+
+
 #: What STE's RapidAPI form shows of a parameter (``title``, which pydantic adds, is dropped).
 RAPIDAPI_KEYS = frozenset({"type", "description", "default", "title"})
 _HANDWRITTEN = ("{description} {arguments} The Action to trigger this API should be {name} and the input parameters "
@@ -181,11 +190,14 @@ def ste_text(schema: Schema) -> str:
     parameters are all required and typed only gets STE's hand-written form (STE's own such tools come back
     word for word), any other RapidAPI's form. A parameter neither form can show (an ``enum``, nested
     ``properties`` or ``items``, no single JSON type) is a UserError saying so, rather than a prompt that
-    silently drops it."""
+    silently drops it. A parameter that may be null, as pydantic and the agent SDKs write ``x: int | None =
+    None`` (``anyOf`` of one type and ``null``; the Agents SDK's strict schemas list it as required), is
+    RapidAPI's optional parameter of that type (null and absent alike: no value given)."""
     function = schema["function"]
     parameters = function.get("parameters") or {}
-    properties = parameters.get("properties") or {}
-    required = set(parameters.get("required") or [])
+    given = parameters.get("properties") or {}
+    properties = {name: _optional(prop) for name, prop in given.items()}
+    required = {r for r in parameters.get("required") or [] if r not in given or properties[r] is given[r]}
     for name, prop in properties.items():
         kind = prop.get("type", "string")
         extra = sorted(set(prop) - RAPIDAPI_KEYS)
