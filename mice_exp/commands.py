@@ -37,10 +37,25 @@ RECORDS_USAGE = ("usage: mice-exp records [output=FILE] [hydra overrides]\n"
 
 
 def check_command(argv: Sequence[str]) -> None:
-    """A first word that is neither a subcommand, an override nor a flag is a mistyped subcommand."""
+    """A first word that is neither a subcommand, an override nor a flag is a mistyped subcommand; a launcher
+    chosen for a single run (which Hydra ignores) or one that cannot launch here is said before Hydra starts,
+    so no MLflow sweep run opens for it."""
     if argv and "=" not in argv[0] and not argv[0].startswith(("-", "+", "~")):
         raise UserError(f"unknown command {argv[0]!r}; expected one of {', '.join(COMMANDS)} "
                         "or key=value overrides (mice-exp --help)")
+    launchers = [arg.split("=", 1)[1] for arg in argv if arg.lstrip("+").startswith("hydra/launcher=")]
+    if not launchers:
+        return
+    if not {"-m", "--multirun", "hydra.mode=MULTIRUN"} & set(argv):
+        raise UserError(f"hydra/launcher={launchers[-1]} launches the jobs of a sweep, and without -m this is one "
+                        f"run, here, in this process; expected mice-exp -m hydra/launcher={launchers[-1]} ... "
+                        "(or no hydra/launcher for one run)")
+    if launchers[-1] in ("slurm", "slurm_gpu"):
+        from mice_exp.launcher.slurm import missing_client
+
+        problem = missing_client()
+        if problem is not None:
+            raise UserError(problem)
 
 
 def inspect(argv: Sequence[str]) -> None:

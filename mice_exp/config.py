@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -20,6 +21,10 @@ SETTINGS = ("dataset", "llm", "prompt", "features", "estimator", "risk", "protoc
             "baselines", "scale", "compare_with", "permutations", "n_jobs", "retrieval", "stage", "paths", "seed",
             "force")
 RISK_KEYS = ("name", "tp", "fp", "tn", "fn")
+#: The groups read as plain mappings (nothing builds them with ``_target_``, which would refuse an unknown key
+#: itself), and the nested nodes of ``sources``: a key none of their YAML files defines is read by nothing.
+PLAIN_GROUPS = ("dataset", "llm", "prompt", "tracking", "sources", "gate", "retrieval", "paths", "estimator",
+                *(f"sources.{name}" for name in ("p_true", "verbalized", "consistency", "acts")))
 DEVICE = re.compile(r"(cpu|auto|mps|cuda(:\d+)?)")
 
 
@@ -119,6 +124,40 @@ def _lookup(cfg: Mapping[str, Any], key: str) -> tuple[bool, Any]:
     return True, node
 
 
+@cache
+def group_keys(group: str) -> frozenset[str]:
+    """The keys of ``group`` (dotted for a nested node) that some YAML file under ``conf/`` defines: its options,
+    ``conf/config.yaml`` and the presets (``# @package _global_``)."""
+    import yaml
+
+    from mice_exp.paths import project_root
+
+    conf = project_root() / "conf"
+    head, *rest = group.split(".")
+    options = [(p, rest) for p in sorted((conf / head).glob("*.yaml"))]
+    options += [(p, [head, *rest]) for p in [conf / "config.yaml", *sorted((conf / "experiment").glob("*.yaml"))]]
+    keys: set[str] = set()
+    for path, below in options:
+        node = yaml.safe_load(path.read_text()) or {}
+        for part in below:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            keys |= set(node) - {"defaults"}
+    return frozenset(keys)
+
+
+def check_group_keys(cfg: Mapping[str, Any]) -> None:
+    """A key added inside a plain group (``+prompt.demo_pol=all``, a typo of ``prompt.demo_pool``) is refused
+    as a top-level one is: nothing would read it, and the run would go on with the default."""
+    for group in PLAIN_GROUPS:
+        present, node = _lookup(cfg, group)
+        if not present or not isinstance(node, Mapping):
+            continue
+        for key in sorted(set(node) - group_keys(group)):
+            raise UserError(f"{group}.{key}={node[key]!r} is not a setting: nothing reads it; expected one of "
+                            f"{group}.{'|'.join(sorted(group_keys(group)))}")
+
+
 def check_values(cfg: Mapping[str, Any]) -> None:
     """Every value of :data:`RULES` present in ``cfg``."""
     for key, (ok, expected) in RULES.items():
@@ -142,6 +181,10 @@ def check_llm(llm: Mapping[str, Any]) -> None:
     expect(shard is None or 0 <= shard < shards,
            f"llm.shard={shard} is not one of the llm.shards={shards} workers; expected 0 <= llm.shard < {shards} "
            "(or null: every worker)")
+    expect(not llm.get("records") or (shard is None and shards == 1),
+           f"llm.records={llm.get('records')} is a finished LLM stage that nothing generates, so llm.shards={shards} "
+           f"llm.shard={shard} has no batches to share; expected llm.records without llm.shards / llm.shard, or "
+           "llm.shards / llm.shard without llm.records (to generate the stage)")
 
 
 def check_model_folder(source: Mapping[str, Any]) -> None:
@@ -202,6 +245,7 @@ def check_config(cfg: dict[str, Any]) -> None:
                         "expected one of the config's own, e.g. risk=high or risk.fp=-4 for the threshold")
     if cfg.get("stage", "all") not in STAGES:
         raise UserError(f"stage={cfg.get('stage')!r}; expected one of {', '.join(STAGES)}")
+    check_group_keys(cfg)
     check_values(cfg)
     check_risk(cfg["risk"])
     check_llm(cfg["llm"])

@@ -10,7 +10,7 @@ commands build a pipeline, and nothing below them reads the config.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
@@ -69,6 +69,7 @@ class Pipeline:
     gate: Mapping[str, Any]  # conf/gate: whether and where the fitted estimator is saved as a gate
     estimates: bool  # stage=all: the estimation follows the LLM stage
     force: bool  # re-run a job MLflow already holds FINISHED
+    read: StageOutput | None = field(default=None, repr=False)  # the records file, once :meth:`check_inputs` read it
 
     @classmethod
     def from_config(cls, cfg: Any, paths: Paths | None = None, llm: Any = None) -> Pipeline:
@@ -166,11 +167,22 @@ class Pipeline:
                    self.estimates)
         return selection
 
+    def check_inputs(self) -> None:
+        """What the data set and a records file (``llm.records``, read here once) can refuse, so that its one
+        line comes before the run's MLflow run opens and no empty run is left."""
+        self.check_data()
+        if self.stage.records_path is not None:
+            self.read = self.stage.output(self.view.record_fields)
+            if self.estimates:
+                self.confidence_sources(self.read)  # sources.use the file does not hold
+
     def stage_output(self) -> StageOutput:
         """The LLM stage's records, computed or read (:meth:`LLMStage.output`); for a records file whose view or
         estimators read hidden states, with those states replayed before anything reads them."""
-        self.check_data()
-        output = self.stage.output(self.view.record_fields)
+        output, self.read = self.read, None
+        if output is None:
+            self.check_data()
+            output = self.stage.output(self.view.record_fields)
         if output.folder is None and output.pooled is None and self.reads_states():
             from mice_exp.llm.replay import replay_activations  # loads torch, transformers
 

@@ -62,6 +62,7 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
     if done is not None:
         print(f"skipping: MLflow run {done} already FINISHED with this resolved config (force=true re-runs it)")
         return {"run_id": done, "skipped": True}
+    pipeline.check_inputs()
     with pipeline.tracked_run(tags) as tracker:
         output = pipeline.stage_output()
         result = log_stage(pipeline, output, tracker)

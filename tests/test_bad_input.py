@@ -1,4 +1,4 @@
-"""Issue 29's probe as a test: each bad input or fault it found, typed as a user types it and run through the
+"""Issue 29's and issue 42's probes as a test: each bad input or fault it found, typed as a user types it and run through the
 real entrypoint in a fresh process, ends in one line naming what was wrong and what was expected (exit 2), or
 runs correctly, and never in a traceback; nothing already computed is lost.
 
@@ -15,8 +15,10 @@ import os
 import shlex
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
@@ -80,6 +82,20 @@ class Probe:
     def read_only(self) -> Path:
         return self.tmp / "read_only"
 
+    @property
+    def full(self) -> Path:
+        """A file system of one page that ``kept.jsonl.gz`` fills (for root only: see :func:`where_full`)."""
+        return self.tmp / "full"
+
+    @property
+    def store(self) -> Path:
+        return self.tmp / "mlflow.db"
+
+    def tracked(self) -> list[str]:
+        """A fresh run that logs to MLflow (its own store)."""
+        return ["llm=tiny_random", *SMALL[:-2], "permutations=0", f"paths.cache={self.cache}", DATA,
+                f"tracking.uri=sqlite:///{self.store}"]
+
     def fresh(self, llm: str = "tiny_random") -> list[str]:
         """A run on the fresh cache: a model loaded or a stage started would show there."""
         return [f"llm={llm}", *SMALL, f"paths.cache={self.cache}"]
@@ -137,6 +153,19 @@ def sweep_ends_with_the_failed_job(p: Probe, out: str, err: str) -> None:
     assert "mice-exp: job #1" not in err and "tiny-random-Llama: 0/6 tool calls correct" in out
 
 
+def no_run_was_opened(p: Probe, out: str, err: str) -> None:
+    """The refusal came before the job's MLflow run opened: the store holds no run (if it exists at all)."""
+    if p.store.exists():
+        with closing(sqlite3.connect(p.store)) as db:
+            assert db.execute("SELECT count(*) FROM runs").fetchone() == (0,), "an MLflow run was left"
+
+
+def the_full_disk_is_as_it_was(p: Probe, out: str, err: str) -> None:
+    """Inside the full file system (its mount is the command's own), after the command: the old file alone,
+    unchanged, and no partial one beside it."""
+    assert out.splitlines()[-2:] == ["left: kept.jsonl.gz", "kept"], out
+
+
 def interrupted_names_the_command(p: Probe, out: str, err: str) -> None:
     assert f"the same command resumes from them: mice-exp {shlex.join(interrupted(p))}" in err
 
@@ -156,6 +185,7 @@ class Case:
     check: Callable[[Probe, str, str], None] | None = None  # what else must hold (nothing computed lost)
     interrupt_on: str | None = None  # Ctrl-C as soon as the output shows this
     slow: bool = False
+    no_slurm: bool = False  # run where no Slurm client is in PATH (CI's runner has one)
 
 
 CASES = [
@@ -238,6 +268,28 @@ CASES = [
     Case("Ctrl-C in the LLM stage", interrupted, "mice-exp: interrupted; every finished LLM-stage batch",
          code=130, interrupt_on="computing the LLM stage", check=interrupted_names_the_command, slow=True),
     # found since: a user error in a pool launcher's worker process ended in exit 0
+    # found by issue 42's probe: silently wrong, a traceback, or a refusal that left an empty MLflow run
+    Case("llm.records with llm.shards / llm.shard",
+         lambda p: [*p.fresh(), DATA, f"llm.records={p.shared.records}", "llm.shards=2", "llm.shard=0"],
+         "has no batches to share; expected llm.records without llm.shards / llm.shard"),
+    Case("a typo inside a group", lambda p: [*p.fresh(), DATA, "+prompt.demo_pol=all"],
+         "prompt.demo_pol='all' is not a setting: nothing reads it; expected one of prompt.chat_template|"),
+    Case("hydra/launcher=slurm without -m", lambda p: ["hydra/launcher=slurm", *p.fresh(), DATA],
+         "hydra/launcher=slurm launches the jobs of a sweep, and without -m this is one run"),
+    *(Case(f"-m hydra/launcher={name} without a Slurm client",
+           lambda p, name=name: ["-m", f"hydra/launcher={name}", *p.tracked(), "estimator=mice_lr,mice_rf"],
+           "slurm launcher: no Slurm client on this machine (sbatch, srun, squeue, sacct not in PATH)",
+           check=no_run_was_opened, no_slurm=True) for name in ("slurm", "slurm_gpu")),
+    Case("records onto a full disk", lambda p: ["records", *p.stage(), f"output={p.full / 'new.jsonl.gz'}"],
+         "new.jsonl.gz: could not be written (No space left on device); no partial file is left",
+         check=the_full_disk_is_as_it_was),
+    Case("records force=true onto a full disk",
+         lambda p: ["records", *p.stage(), f"output={p.full / 'kept.jsonl.gz'}", "force=true"],
+         "kept.jsonl.gz: could not be written (No space left on device); the file already there is unchanged",
+         check=the_full_disk_is_as_it_was),
+    Case("a records file refused before the MLflow run opens",
+         lambda p: [*p.tracked(), f"llm.records={p.records(without('pred_api'))}"],
+         "6 records lack 'pred_api' (first on line 2)", check=no_run_was_opened),
     Case("a gpu_pool worker's job user error",
          lambda p: ["-m", "hydra/launcher=cpu_pool", *p.stage(), "stage=llm", "llm.batch_size=0,3"],
          "1 job(s) of the sweep failed (#0); the others ran", check=sweep_ends_with_the_failed_job, slow=True),
@@ -267,11 +319,28 @@ def where_read_only(folder: Path, args: list[str]) -> list[str]:
             'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"', str(folder)]
 
 
+def where_full(folder: Path, args: list[str]) -> list[str]:
+    """The prefix that mounts a file system of one page at ``folder`` for a command naming it, fills it with
+    ``kept.jsonl.gz`` and, once the command has run, prints what it holds (the mount ends with the command);
+    only root can mount one, in the command's own mount namespace."""
+    if not any(str(folder) in arg for arg in args):
+        return []
+    if os.geteuid() != 0 or not can_mount():
+        pytest.skip("a full disk needs root's right to mount a small file system")
+    folder.mkdir()
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs -o size=4k tmpfs "$0" && printf "kept\\n" > "$0/kept.jsonl.gz" || exit 99; "$@"; '
+            'code=$?; echo "left: $(ls -A "$0" | tr "\\n" " " | sed "s/ $//")"; cat "$0/kept.jsonl.gz"; exit $code',
+            str(folder)]
+
+
 def run_probe(p: Probe, case: Case) -> tuple[int, str, str]:
     """``mice-exp ARGS`` in a fresh process in the probe's folder: exit status, stdout, stderr."""
     args = case.args(p)
     env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT), "CUDA_VISIBLE_DEVICES": ""}  # this checkout; no GPU
-    command = [*where_read_only(p.read_only, args), sys.executable, "-m", "mice_exp", *args]
+    if case.no_slurm:
+        env["PATH"] = str(Path(sys.executable).parent)
+    command = [*where_read_only(p.read_only, args), *where_full(p.full, args), sys.executable, "-m", "mice_exp", *args]
     proc = subprocess.Popen(command, cwd=p.tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if case.interrupt_on is None:
         out, err = proc.communicate(timeout=300)

@@ -7,6 +7,7 @@ Table 2, so bold / underline placement can be checked against the paper itself.
 from __future__ import annotations
 
 import shutil
+from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
@@ -453,6 +454,24 @@ def test_a_report_replaces_an_earlier_one_only_when_forced(tmp_path, monkeypatch
         command.output_folder(command.parse_args(["--out", "old"]), Path("/r"))
     assert command.output_folder(command.parse_args(["--out", "old", "--force"]), Path("/r")) == tmp_path / "old"
     assert command.output_folder(command.parse_args(["--out", "new"]), Path("/r")) == tmp_path / "new"
+
+
+def test_a_forced_report_clears_the_earlier_reports_figures_and_names_every_file_it_writes(filled, tmp_path,
+                                                                                           monkeypatch, capsys):
+    """--force into a folder holding another LLM's report leaves none of its figures beside the new results;
+    files that are not a report's (a README) stay."""
+    store, _ = filled
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "old"
+    out.mkdir()
+    for name in ("results.md", "etcu_ste_gemma3_270m.png", "README.md"):
+        (out / name).write_text("an earlier report's\n")
+    command.report(["--tracking-uri", store.uri, "--sweep", SWEEP, "--no-log", "--out", "old", "--force"])
+    assert "removed the earlier report's etcu_ste_gemma3_270m.png" in capsys.readouterr().out
+    assert not (out / "etcu_ste_gemma3_270m.png").exists() and (out / "README.md").read_text() == "an earlier report's\n"
+    written = sorted(p.name for p in out.iterdir() if p.name != "README.md")
+    assert "etcu_ste_llama3_1_8b_instruct.png" in written and (out / "results.md").read_text() != "an earlier report's\n"
+    assert all(any(fnmatch(name, pattern) for pattern in command.WRITES) for name in written), written
 
 
 def test_report_arguments_are_checked(fresh, monkeypatch):

@@ -25,6 +25,7 @@ import copy
 import io
 import logging
 import os
+import shutil
 import subprocess
 import time
 from collections import Counter
@@ -65,6 +66,20 @@ UNRUNNABLE_POLLS = 2
 class SlurmLaunchError(UserError, CompactHydraException):
     """A Slurm problem stated in one line: Hydra prints a CompactHydraException without a traceback (and
     ``mice-exp`` a UserError in one line where Hydra lets it through)."""
+
+
+#: the commands submitit runs (its executor refuses to start without srun) and this launcher's waiting asks
+CLIENT = ("sbatch", "srun", "squeue", "sacct")
+
+
+def missing_client() -> str | None:
+    """The one line for a machine without Slurm's client (None when it has one), said before the sweep
+    opens its MLflow run rather than as submitit's ``RuntimeError`` after it."""
+    missing = [name for name in CLIENT if shutil.which(name) is None]
+    if not missing:
+        return None
+    return (f"slurm launcher: no Slurm client on this machine ({', '.join(missing)} not in PATH); expected a "
+            "Slurm login node, or a launcher of this machine: hydra/launcher=cpu_pool (or gpu_pool)")
 
 
 # --- asking Slurm -------------------------------------------------------------------------------------
@@ -393,6 +408,9 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     numbered = [(initial_job_idx + i, list(overrides)) for i, overrides in enumerate(job_overrides)]
     if not numbered:
         return []
+    problem = missing_client()
+    if problem is not None:
+        raise SlurmLaunchError(problem)
 
     configs = job_configs(launcher, numbered, job_config)
     skipped = finished_jobs(launcher, configs, finished_before) if launcher.skip_finished else {}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mice_exp.cache import read_json_if
+from mice_exp.errors import UserError
 from mice_exp.llm.records import publishable, read_records_file, read_records_header, read_stage, write_records_file
 from mice_exp.llm.stage import LLMStage
 from mice_exp.tracking.gitinfo import git_tags
@@ -49,7 +50,13 @@ def publish_records(stage: LLMStage, sources: Mapping[str, Any], path: Path | No
     header = {k: v for k, v in header.items() if k not in ("format", "version")} | {
         "examples": len(records), "sources": list(values), "written_by": written_by(header, stage.paths.root, what)}
     path = path or default_path(stage)
-    write_records_file(path, header, records)
+    try:
+        write_records_file(path, header, records)
+    except OSError as error:  # a full disk, a quota: the write is atomic, so the folder is as it was
+        kept = "the file already there is unchanged" if path.exists() else "no partial file is left"
+        raise UserError(f"output={path}: could not be written ({error.strerror or error}); {kept}, and the stage "
+                        "and its sources stay cached, so the same command writes it without generating again; "
+                        "expected a folder with room for it (free some space or pass output=ELSEWHERE)") from None
     return path
 
 

@@ -42,7 +42,7 @@ from mice_exp.report.collect import (
     sweep_runs,
     to_record,
 )
-from mice_exp.report.extras import Section, extra_sections
+from mice_exp.report.extras import FITS_FILE, Section, extra_sections
 from mice_exp.report.intervals import add_intervals
 from mice_exp.report.paper_terms import long_predictions, paper_terms, paper_terms_markdown
 from mice_exp.report.selective import selective_markdown, selective_table
@@ -59,6 +59,10 @@ MARKDOWN_FILE = "results.md"
 CSV_FILE = "results.csv"
 PREDICTIONS_FILE = "predictions.csv"  # every Table-1 and ablation row's test predictions, one line per (row, call)
 REPORT_RUN_NAME = "report"
+#: The names of every file a report can write (its figures are named per LLM): what ``--force`` clears from the
+#: folder, so an earlier report's figure of another LLM does not stay beside the new results.
+WRITES = (MARKDOWN_FILE, CSV_FILE, PREDICTIONS_FILE, "etcu_*.png", plots.LOAO_FILE, "sample_efficiency_*.png",
+          FITS_FILE, "risk_sweep_*.png")
 
 
 @dataclass
@@ -236,9 +240,13 @@ def report(argv: Sequence[str]) -> None:
             print(f"logged the report to MLflow run {run_id} (artifacts {ARTIFACT_DIR}/) in {uri}: {link}")
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
+            stale = sorted({p for pattern in WRITES for p in out.glob(pattern)} - {out / p.name for p in staged})
+            for path in stale:
+                path.unlink()
             for path in staged:
                 shutil.copyfile(path, out / path.name)
-            print(f"wrote {', '.join(p.name for p in staged)} to {out}")
+            removed = f"; removed the earlier report's {', '.join(p.name for p in stale)}" if stale else ""
+            print(f"wrote {', '.join(p.name for p in staged)} to {out}{removed}")
     print()
     print("\n\n".join([*tables.markdown_sections(result.table1, result.ablation),
                         *([selective_markdown(result.selective)] if not result.selective.empty else []),
