@@ -5,7 +5,10 @@ says so, from a records file of BFCL's relevance categories (mixed with a call c
         [--gate GATE_FOLDER ...]
 
 Per category: calls made (a parsed ``Action`` with JSON arguments, BFCL's "contains a function call"),
-accuracy by BFCL's labels; then, over the calls the model made, the AUROC with which raw confidence tells
+accuracy by BFCL's labels, and the replies without a call in three kinds that BFCL counts alike (as no
+call: right where no function fits) but that are not alike: an answer in words (a decline, or prose: no function named), a call
+that did not parse (a function named, its arguments no JSON object) and a call cut at the token limit (a
+function named, the reply stopped by ``llm.max_new_tokens`` before its arguments closed); then, over the calls the model made, the AUROC with which raw confidence tells
 a call on a query that needs one (live_simple, live_relevance) from a call on a query no function fits
 (irrelevance, live_irrelevance): 0.5 is no signal. With ``--gate`` (a gate folder saved by a holdout run on
 the same LLM, e.g. MICE RF on STE: `mice-exp` writes it under the run's artifacts), the gate's calibrated
@@ -24,25 +27,48 @@ import numpy as np
 
 from mice_exp.data.bfcl import RELEVANCE_CATEGORIES
 from mice_exp.data.labels import made_call
-from mice_exp.llm.records import read_records_file
+from mice_exp.llm.records import made_with, read_records_file, read_records_header
 from mice_exp.metrics import auroc
 from mice_exp.metrics.bootstrap import bootstrap_intervals
 
 NO_CALL_FITS = tuple(category for category, expected in RELEVANCE_CATEGORIES.items() if not expected)
+NO_CALL_KINDS = ("in words, no function named", "a call that did not parse", "a call cut at the token limit")
+
+
+def no_call_kind(record: dict[str, Any], max_new_tokens: int) -> str | None:
+    """Which of :data:`NO_CALL_KINDS` a reply without a call is (None for a call): a reply that names no
+    function answered in words (a decline, or prose); one that names a function and stops, or is stopped
+    at the token limit, before its arguments parse began a call."""
+    if made_call(record["pred_api"], record["pred_args"]):
+        return None
+    if record["pred_api"] is None:
+        return NO_CALL_KINDS[0]
+    return NO_CALL_KINDS[2] if len(record["token_ids"]) >= max_new_tokens else NO_CALL_KINDS[1]
 
 
 def summary(path: Path, gates: dict[str, Any]) -> str:
     stage = read_records_file(path, "bfcl")
     records = stage.records
     llm = stage.info.get("llm", path.name)
+    limit = int(made_with(read_records_header(path))["max_new_tokens"])
+    kinds = [no_call_kind(r, limit) for r in records]
     lines = [f"### {llm}: {len(records)} calls ({path.name})", "",
-             "| category | calls | queries where it made a call | accuracy (BFCL's label) |", "|---|---:|---:|---:|"]
+             "| category | calls | queries where it made a call | accuracy (BFCL's label) | no call: "
+             + " | ".join(NO_CALL_KINDS) + " |", "|---|---:|---:|---:|" + "---:|" * len(NO_CALL_KINDS)]
     for category in sorted({r["api"] for r in records}):
-        rows = [r for r in records if r["api"] == category]
-        called = np.mean([made_call(r["pred_api"], r["pred_args"]) for r in rows])
-        lines.append(f"| {category} | {len(rows)} | {called:.2f} | {np.mean([r['label'] for r in rows]):.2f} |")
-    made = np.array([made_call(r["pred_api"], r["pred_args"]) for r in records])
+        rows = [n for n, r in enumerate(records) if r["api"] == category]
+        called = np.mean([kinds[n] is None for n in rows])
+        counts = " | ".join(str(sum(kinds[n] == kind for n in rows)) for kind in NO_CALL_KINDS)
+        lines.append(f"| {category} | {len(rows)} | {called:.2f} | {np.mean([records[n]['label'] for n in rows]):.2f} "
+                     f"| {counts} |")
+    made = np.array([kind is None for kind in kinds])
     needed = np.array([r["api"] not in NO_CALL_FITS for r in records], dtype=int)
+    no_fit = [kind for kind, need in zip(kinds, needed) if not need]
+    declined = sum(kind is not None for kind in no_fit)
+    lines += ["", f"Where no function fits it made no call on {declined} of {len(no_fit)} queries: it answered in words "
+              f"(naming no function) on {no_fit.count(NO_CALL_KINDS[0])}, began a call that did not parse on "
+              f"{no_fit.count(NO_CALL_KINDS[1])} and one cut at the {limit}-token limit on "
+              f"{no_fit.count(NO_CALL_KINDS[2])} (BFCL counts all {declined} as right)."]
     scores = {"raw confidence": np.array([r["raw_confidence"] for r in records])}
     gate = gates.get(llm)
     if gate is not None:
