@@ -239,6 +239,26 @@ def test_smece_rows_is_relplots_row_by_row(n: int) -> None:
     np.testing.assert_allclose(smece_rows(p, y), expected, rtol=1e-9, atol=1e-12)
 
 
+def test_a_row_whose_confidences_are_its_labels_scores_relplots_zero_without_its_slowest_search(monkeypatch) -> None:
+    """A degenerate run (labels and confidences all 0, or all 1): relplot's smECE is exactly 0, which its
+    bisection finds only at its narrowest kernels (~0.5 s a row, minutes under a report's bootstrap); here
+    neither relplot's search nor its fallback runs for such rows, and the others are scored as before."""
+    n = 200
+    p, y = np.zeros((3, n)), np.zeros((3, n))
+    p[1], y[1] = 1.0, 1.0
+    p[2], y[2] = random_case(6, n=n)
+    expected = [relplot.smECE(row, labels) for row, labels in zip(p, y)]
+    assert expected[:2] == [0.0, 0.0]
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("relplot's search ran on a row whose residuals are all 0")
+
+    monkeypatch.setattr(relplot, "smECE", refuse)
+    monkeypatch.setattr(relplot.metrics, "smooth_ece", refuse)
+    np.testing.assert_allclose(smece_rows(p, y), expected, rtol=1e-9, atol=1e-12)
+    assert smece(p[0], y[0].astype(int)) == 0.0 and smece(p[1], y[1].astype(int)) == 0.0
+
+
 def test_smece_rows_take_one_label_vector_for_every_row() -> None:
     p, y = random_case(5, n=40)
     rows = np.stack([p, p[::-1], np.sqrt(p)])

@@ -11,6 +11,7 @@ from numpy.typing import ArrayLike
 from sklearn.metrics import roc_auc_score
 
 from mice_exp.metrics.binning import equal_width_bins
+from mice_exp.metrics.smooth_ece import exact_rows
 from mice_exp.metrics.validation import check_labels, check_pair
 
 
@@ -19,6 +20,8 @@ def smece(p: ArrayLike, y: ArrayLike) -> float:
     import relplot
 
     p, y = check_pair(p, y)
+    if exact_rows(p, y):  # relplot's own answer, without its slowest search (exact_rows)
+        return 0.0
     return float(relplot.smECE(p, y.astype(float)))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from mice_exp.metrics import PAPER_RISKS
 from mice_exp.metrics.bootstrap import bootstrap_intervals
@@ -26,7 +27,7 @@ def add_intervals(table: pd.DataFrame, predictions: PredictionsFn, n_resamples: 
     table = table.copy()
     for column in interval_columns():
         table[column] = np.nan
-    for index, row in table.iterrows():
+    for index, row in tqdm(table.iterrows(), total=len(table), desc="report: bootstrap intervals", unit="row"):
         pair = prediction_pair(predictions(row["run_id"]), row["estimator"])
         if pair is None:
             continue

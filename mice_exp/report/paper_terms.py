@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from mice_exp.metrics import auc_etcu, auc_euro, smece_rows
 from mice_exp.report.plots import PredictionsFn
@@ -84,10 +85,14 @@ def paper_terms(long: pd.DataFrame, n_resamples: int = RESAMPLES, seed: int = 0)
     out = []
     long = long.sort_values("table", key=lambda t: t != TABLE1, kind="stable")
     long = long.drop_duplicates(["dataset", "llm", "estimator", "protocol", "run_id", "id"])  # one run: one row
+    keys = ["row", "estimator", "protocol", "run_id"]
+    progress = tqdm(total=long.groupby(["dataset", "llm", *keys]).ngroups, desc="report: gains on the paper's terms",
+                    unit="row")
     for (dataset, llm), block in long.groupby(["dataset", "llm"], sort=True):
         ids, draws = _draws(block, n_resamples, seed)
         scored: dict[tuple, dict[str, np.ndarray]] = {}
-        for key, rows in block.groupby(["row", "estimator", "protocol", "run_id"], sort=False):
+        for key, rows in block.groupby(keys, sort=False):
+            progress.update()
             rows = rows.set_index("id")
             if sorted(rows.index) != ids:
                 continue
@@ -111,6 +116,7 @@ def paper_terms(long: pd.DataFrame, n_resamples: int = RESAMPLES, seed: int = 0)
                     entry[name] = diff[-1]
                     entry[f"{name}_lo"], entry[f"{name}_hi"] = np.percentile(resampled, [2.5, 97.5])
             out.append(entry)
+    progress.close()
     return pd.DataFrame(out)
 
 
