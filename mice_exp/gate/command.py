@@ -11,6 +11,7 @@ says where ``runs:/`` and ``models:/`` sources live.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -35,6 +36,14 @@ USAGE = ("usage: mice-exp gate model=GATE_FOLDER|runs:/<run id>/gate|models:/<na
          "input=QUERIES.jsonl|- [output=ANSWERS.jsonl] [device=cpu|cuda] [batch_size=N] "
          "[llm=... features=... risk=... tracking.uri=...]")
 GATE_KEYS = ("model", "input", "output", "device", "batch_size")
+
+
+def usage_hint(where: str, tracking_uri: str | None) -> str:
+    """The ``mice-exp gate`` and ``serve`` commands for a saved gate, runnable as printed from any folder: a
+    ``runs:/`` or ``models:/`` source is named with the MLflow store it lives in (``tracking_uri``, absolute)."""
+    store = [f"tracking.uri={tracking_uri}"] if tracking_uri and where.startswith(("runs:/", "models:/")) else []
+    return (f"{shlex.join(['mice-exp', 'gate', f'model={where}', *store, 'input=queries.jsonl'])}; "
+            f"{shlex.join(['mice-exp', 'serve', f'model={where}', *store])}")
 
 
 def _group(override: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -41,6 +42,8 @@ def converted_dir(source: Mapping[str, Any], models_cache: Path) -> Path:
             return target
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        print(f"converting {source['gguf_file']} (package {source['package']}) into {target} once: a minute or two "
+              "on a CPU; every later load reads the converted folder", file=sys.stderr, flush=True)
         scratch = target.with_name(target.name + ".gguf")  # its own: another model's conversion removes its scratch
         gguf = gguf_path(source, scratch)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
