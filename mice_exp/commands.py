@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 from mice_exp.compose import as_plain, compose_config, wants_help
 from mice_exp.errors import UserError
+from mice_exp.launcher.slurm import missing_client
 from mice_exp.paths import project_root, resolve, writable_file
 from mice_exp.report.arguments import parse_args
 
@@ -51,8 +52,6 @@ def check_command(argv: Sequence[str]) -> None:
                         f"run, here, in this process; expected mice-exp -m hydra/launcher={launchers[-1]} ... "
                         "(or no hydra/launcher for one run)")
     if launchers[-1] in ("slurm", "slurm_gpu"):
-        from mice_exp.launcher.slurm import missing_client
-
         problem = missing_client()
         if problem is not None:
             raise UserError(problem)

@@ -12,8 +12,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import yaml
+
 from mice_exp.errors import UserError, expect
 from mice_exp.llm.precision import DTYPES
+from mice_exp.paths import project_root
 
 STAGES = ("llm", "all")
 #: The top-level keys of conf/config.yaml and its groups: a key beyond them (``+tau=0.8``) is read by nothing.
@@ -128,10 +131,6 @@ def _lookup(cfg: Mapping[str, Any], key: str) -> tuple[bool, Any]:
 def group_keys(group: str) -> frozenset[str]:
     """The keys of ``group`` (dotted for a nested node) that some YAML file under ``conf/`` defines: its options,
     ``conf/config.yaml`` and the presets (``# @package _global_``)."""
-    import yaml
-
-    from mice_exp.paths import project_root
-
     conf = project_root() / "conf"
     head, *rest = group.split(".")
     options = [(p, rest) for p in sorted((conf / head).glob("*.yaml"))]

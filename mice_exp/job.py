@@ -12,9 +12,11 @@ import pandas as pd
 
 from mice_exp.estimation import feature_weights
 from mice_exp.gate.build import save_run_gate
+from mice_exp.gate.command import usage_hint
 from mice_exp.metrics import TAU_GRID, TRIVIAL_POLICIES, etcu_curve
 from mice_exp.metrics.calibration import wilson_interval
 from mice_exp.tracking import schema
+from mice_exp.tracking.store import is_enabled, tracking_uri
 
 if TYPE_CHECKING:  # annotations only
     from mice_exp.estimation import Row
@@ -112,9 +114,6 @@ def log_rows(pipeline: Pipeline, output: StageOutput, fs: FeatureSet, outcome: O
 
     saved = save_run_gate(pipeline, output, fs, rows[-1].estimator, tracker)
     if saved:
-        from mice_exp.gate.command import usage_hint
-        from mice_exp.tracking.store import is_enabled, tracking_uri
-
         where = str(saved.get("uri") or saved.get("folder"))
         uri = tracking_uri(pipeline.tracking, pipeline.paths.root) if is_enabled(pipeline.tracking) else None
         print(f"gate saved: {where} ({usage_hint(where, uri)})")
