@@ -29,6 +29,9 @@ class Ste(ExactMatch, Dataset):
     def load(self, paths: Paths) -> list[Example]:
         return load_ste(resolve_ste_path(self.path, paths.root, paths.data, self.url, self.sha256), self)
 
+    def source(self) -> str:
+        return f"dataset.path={self.path!r}" if self.path is not None else f"dataset=ste ({SHARED_RELATIVE_PATH})"
+
 
 def resolve_ste_path(
     path: str | Path | None, project_root: Path, cache_dir: Path, url: str, sha256: str
