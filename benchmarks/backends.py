@@ -36,8 +36,9 @@ sys.path.insert(0, str(ROOT))
 
 from cputime import cpu_seconds  # noqa: E402  (benchmarks/, the script's own folder)
 from mice_exp.llm import capture  # noqa: E402
-from mice_exp.llm.backends.local_server import vllm_server  # noqa: E402
-from mice_exp.llm.model import load_llm, model_folder  # noqa: E402
+from mice_exp.llm.local_server import vllm_server  # noqa: E402
+from mice_exp.llm.backends import load_llm  # noqa: E402
+from mice_exp.llm.model import model_folder  # noqa: E402
 from mice_exp.llm.toolcall import REACT  # noqa: E402
 
 clock = time.perf_counter

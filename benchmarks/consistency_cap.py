@@ -18,11 +18,13 @@ from pathlib import Path
 import torch
 
 from mice_exp.compose import as_plain, compose_config
-from mice_exp.llm.capture import generate_ids, truncate
-from mice_exp.llm.model import load_llm
+from mice_exp.llm.capture import generate_ids
+from mice_exp.llm.generation import truncate
+from mice_exp.llm.backends import load_llm
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file
-from mice_exp.llm.sources import Prompts, agreement, prefill
+from mice_exp.llm.prefix_sources import prefill
+from mice_exp.llm.sources import Prompts, agreement
 from mice_exp.paths import paths_from
 from mice_exp.pipeline import Pipeline
 

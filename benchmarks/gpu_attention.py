@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.backends import hf_plain
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.llm import capture
-from mice_exp.llm.model import load_llm
+from mice_exp.llm.backends import load_llm
 from mice_exp.paths import paths_from
 
 cfg = as_plain(compose_config(["llm=llama3_1_8b_random", *sys.argv[2:]]))

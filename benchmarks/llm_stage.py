@@ -32,6 +32,7 @@ import mice_exp.llm.capture as capture
 import mice_exp.llm.model as model_module
 import mice_exp.llm.stage as stage
 from mice_exp.compose import as_plain, compose_config
+from mice_exp.llm.backends import load_llm
 from mice_exp.llm.headroom import peak_bytes
 from mice_exp.llm.memory import keep_freed_memory
 from mice_exp.llm.precision import cpu_flags, native_bf16
@@ -114,7 +115,7 @@ class Phases:
 def instrumented(phases: Phases) -> Iterator[dict[str, Any]]:
     """Time the stage's phases; yields a dict that receives the loaded LLM."""
     holder: dict[str, Any] = {}
-    real_load = model_module.load_llm
+    real_load = model_module.load_hf
 
     def load(*args, **kwargs):
         start = clock()
@@ -129,11 +130,11 @@ def instrumented(phases: Phases) -> Iterator[dict[str, Any]]:
             phases.wrap(capture, "truncate", "truncation"), phases.wrap(stage, "make_record", "records"),
             phases.wrap(stage, "write_npz", "cache writes"), phases.wrap(stage, "write_jsonl", "cache writes"),
             phases.wrap(stage, "generate_batch", "batch loop")]
-    model_module.load_llm = load
+    model_module.load_hf = load
     try:
         yield holder
     finally:
-        model_module.load_llm = real_load
+        model_module.load_hf = real_load
         for restore in undo:
             restore()
 
@@ -245,7 +246,7 @@ def main() -> None:
     cfg = as_plain(compose_config([f"llm={args.llm}", f"dataset.max_apis={args.apis}", "llm.dtype=float32"]))
     tmp = Path(tempfile.mkdtemp(prefix="llm_stage_"))
     models = paths_from(cfg["paths"]).models
-    model_module.load_llm(cfg["llm"], models)  # converts packaged weights once, before anything is timed
+    load_llm(cfg["llm"], models)  # converts packaged weights once, before anything is timed
     print("allocator: freed memory kept on the heap (mice_exp/llm/memory.py):", keep_freed_memory())
     phases, wall, out = run_stage(cfg, tmp / "fp32", models)
     llm, records = out["llm"], out["records"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from mice_exp.compose import as_plain, compose_config
-from mice_exp.llm.model import load_llm
+from mice_exp.llm.backends import load_llm
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.replay import replay_states

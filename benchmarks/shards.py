@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from mice_exp.compose import as_plain, compose_config
-from mice_exp.llm.model import load_llm
+from mice_exp.llm.backends import load_llm
 from mice_exp.llm.records import ARRAYS, read_stage
 from mice_exp.paths import PACKAGE_ROOT, paths_from
 

@@ -16,6 +16,7 @@ import yaml
 
 from mice_exp.errors import UserError, expect
 from mice_exp.llm.precision import DTYPES
+from mice_exp.needs import Needs
 from mice_exp.paths import project_root
 
 STAGES = ("llm", "all")
@@ -233,10 +234,35 @@ def check_baseline_values(cfg: Mapping[str, Any]) -> None:
                                              f"expected {expected}")
 
 
+def check_source_names(use: Any) -> None:
+    """``sources.use``: null (what the view and the estimators read) or a list of known sources."""
+    from mice_exp.llm.sources import SOURCES  # loads the LLM stage's modules (data, prompts), which need no check
+
+    if use is not None and (not isinstance(use, list) or not set(use) <= set(SOURCES)):
+        raise UserError(f"sources.use={use}; expected null (what the view and the estimators read) or a list of "
+                        f"{', '.join(SOURCES)}")
+
+
+def settle_sources(use: Sequence[str] | None, readers: Sequence[tuple[str, Needs]]) -> list[str]:
+    """``sources.use`` as the run computes it: null derives it from what the ``readers`` (the view and each estimator,
+    by name) declare they read; an explicit list may add sources (a records file's, the report's action-belief
+    ``acts``) but must hold every read one, or it is refused in one line naming the reader."""
+    from mice_exp.llm.sources import SOURCES  # loads the LLM stage's modules (data, prompts), which need no check
+
+    check_source_names(use)
+    if use is None:
+        return [name for name in SOURCES if any(name in needs.sources for _, needs in readers)]
+    for who, needs in readers:
+        missing = sorted(needs.sources - set(use))
+        expect(not missing, f"{who} reads the {', '.join(missing)} confidence source, which "
+                            f"sources.use=[{', '.join(use)}] does not compute; expected "
+                            f"sources.use=[{', '.join([*use, *missing])}] (or null: what the view and estimators read)")
+    return list(use)
+
+
 def check_config(cfg: dict[str, Any]) -> None:
     """Reject invalid values before anything is built (each check raises a one-line UserError); what the built
     objects must provide each other (needs, internals, gate trust) :meth:`mice_exp.pipeline.Pipeline.check` checks."""
-    from mice_exp.llm.records import SOURCES  # loads hydra, omegaconf
     from mice_exp.tracking.store import is_enabled, tracking_uri  # loads numpy
 
     for key in sorted(set(cfg) - set(SETTINGS)):
@@ -250,9 +276,7 @@ def check_config(cfg: dict[str, Any]) -> None:
     check_llm(cfg["llm"])
     check_model_folder(cfg["llm"]["source"])
     check_baseline_values(cfg)
-    unknown = set(cfg["sources"]["use"]) - set(SOURCES)
-    if unknown:
-        raise UserError(f"sources.use={cfg['sources']['use']}; expected some of {', '.join(SOURCES)}")
+    check_source_names(cfg["sources"]["use"])
     check_run_shape(cfg["dataset"], cfg["protocol"], cfg.get("stage", "all"))
     if is_enabled(cfg["tracking"]):
         tracking_uri(cfg["tracking"], Path(cfg["paths"].get("root") or "."))

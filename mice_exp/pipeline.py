@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from mice_exp.compose import as_plain
-from mice_exp.config import check_config, check_data, used_baselines
+from mice_exp.config import check_config, check_data, settle_sources, used_baselines
 from mice_exp.data import Example, Selection, demo_pool, make_dataset
 from mice_exp.discover import class_path
-from mice_exp.errors import UserError, expect
-from mice_exp.llm.backends import check_backend, check_internals
+from mice_exp.errors import UserError
+from mice_exp.llm.backends import backend_of, check_backend
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.records import ARRAYS, Record, StageOutput
-from mice_exp.llm.stage import LazyLLM, LLMStage
+from mice_exp.llm.sources import SOURCES
+from mice_exp.llm.stage import LLMStage
 from mice_exp.llm.toolcall import call_format
 from mice_exp.paths import Paths, paths_from
 from mice_exp.tracking import hydra_tags, schema, tracked_run
@@ -37,20 +38,17 @@ if TYPE_CHECKING:  # annotations only
     from mice_exp.protocols import Outcome, Protocol
 
 
-def check_needs(use: Sequence[str], features: str, view: Any, candidates: Sequence[Candidate]) -> None:
+def check_needs(use: Sequence[str] | None, features: str, view: Any, candidates: Sequence[Candidate]) -> list[str]:
     """What the view (``features``) and each estimator declare they read (:class:`~mice_exp.needs.Needs`) is
-    what the config provides: every confidence source is in ``sources.use`` and every LLM-stage array exists."""
-    use = list(use)
+    what the config provides: every LLM-stage array exists and every confidence source is computed; returns
+    ``sources.use`` settled (:func:`~mice_exp.config.settle_sources`: null is what they read)."""
     readers = [(f"features={features} (features.sources)", view.needs()),
                *((f"estimator {c.key}", c.needs) for c in candidates)]
     for who, needs in readers:
-        missing = sorted(needs.sources - set(use))
-        expect(not missing, f"{who} reads the {', '.join(missing)} confidence source, which "
-                            f"sources.use=[{', '.join(use)}] does not compute; expected "
-                            f"sources.use=[{', '.join([*use, *missing])}]")
         for array in sorted(needs.arrays - set(ARRAYS)):
             raise UserError(f"{who} reads representation={array!r}, which the LLM stage does not keep; "
                             f"expected an LLM-stage array: {', '.join(ARRAYS)}")
+    return settle_sources(use, readers)
 
 
 @dataclass
@@ -92,7 +90,7 @@ class Pipeline:
         cfg = {**cfg, "llm": llm_cfg, "baselines": {k: baselines[k] for k in used}}  # the caller's is left as it was
         paths = paths or paths_from(cfg["paths"])
         stage = LLMStage(make_dataset(cfg["dataset"]), cfg["prompt"], cfg["llm"], cfg["retrieval"], paths,
-                         LazyLLM(cfg["llm"], paths.models, llm))
+                         backend_of(cfg["llm"], paths.models, llm))
         protocol = make_protocol(cfg["protocol"])
         pipeline = cls(config=cfg, paths=paths, stage=stage, sources=cfg["sources"], feature_settings=cfg["features"],
                        view=make_view(cfg["features"], paths.features, int(cfg["seed"])), protocol=protocol,
@@ -108,14 +106,17 @@ class Pipeline:
 
     def check(self) -> None:
         """The built objects checked against each other before anything loads or runs (one line each): what the
-        view and every estimator read is provided (:func:`check_needs`), the backend returns the internals they
-        read, and the gate this run saves will trust the view's and the estimator's classes."""
+        view and every estimator read is provided (:func:`check_needs`; ``sources.use`` settled), the backend gives
+        the internals and the sources they read (:meth:`~mice_exp.llm.backends.Backend.refuse`), and the gate this
+        run saves will trust the view's and the estimator's classes."""
         self.view.validate()
-        check_needs(self.sources["use"], self.feature_settings["name"], self.view, self.candidates())
-        if not self.stage.llm.get("records"):  # a records file needs no backend: nothing generates
-
-            check_backend(self.stage.llm)
-            check_internals(self.stage.llm, self.view, [(c.key, c.estimator) for c in self.candidates()])
+        use = check_needs(self.sources["use"], self.feature_settings["name"], self.view, self.candidates())
+        self.sources = {**self.sources, "use": use}  # settled: what the run computes, logs and hashes
+        self.config["sources"] = self.sources
+        records = bool(self.stage.llm.get("records"))  # nothing generates: the backend need not be installed
+        check_backend(self.stage.llm, generates=not records)
+        self.stage.backend.refuse(self.view, [(c.key, c.estimator) for c in self.candidates()], use,
+                                  {name: source.needs for name, source in SOURCES.items()}, records)
         if self.saves_gate():
             self.check_trusted()
 

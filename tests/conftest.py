@@ -52,7 +52,7 @@ def tokenizer():
 
 @pytest.fixture(scope="session")
 def tiny_llm():
-    from mice_exp.llm.model import load_llm
+    from mice_exp.llm.backends import load_llm
 
     return load_llm(llm_conf("tiny_random"), MODELS_CACHE)
 

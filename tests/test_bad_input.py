@@ -262,7 +262,8 @@ CASES = [
          "hydra.launcher.mode=gpu but no GPU is visible (CUDA_VISIBLE_DEVICES=''"),
     Case("dataset=jsonl without dataset.path", lambda p: ["dataset=jsonl", *p.fresh()],
          "dataset=jsonl needs dataset.path=FILE.jsonl (one tool call per line"),
-    Case("estimator=p_true without its source", lambda p: [*p.fresh(), DATA, "estimator=p_true"],
+    Case("estimator=p_true with a sources.use that lacks it",
+         lambda p: [*p.fresh(), DATA, "estimator=p_true", "sources.use=[]"],
          "estimator p_true reads the p_true confidence source, which sources.use=[] does not compute; "
          "expected sources.use=[p_true]"),
     Case("Ctrl-C in the LLM stage", interrupted, "mice-exp: interrupted; every finished LLM-stage batch",

@@ -57,7 +57,7 @@ def test_a_bad_baseline_is_one_line_before_anything_loads(tmp_path, monkeypatch,
 
     from mice_exp.llm import model
 
-    monkeypatch.setattr(model, "load_llm", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(model, "load_hf", lambda *a, **k: pytest.fail("a model was loaded"))
     code, _, err = cli(monkeypatch, capsys, [*base(tmp_path), bad])
     assert code == 2 and expected in one_error_line(err), err
 

@@ -70,9 +70,11 @@ CONFIG_ERRORS = [
     (["estimator=field", "estimator.model.val_fraction=1.5"],
      "estimator.model.val_fraction=1.5; expected a probability strictly between 0 and 1"),
     (["protocol=sample_efficiency", "protocol.trials=0"], "protocol.trials=0; expected a positive integer"),
-    (["features.sources=[verbalized]"], "features=bertscore (features.sources) reads the verbalized confidence source, "
-                                         "which sources.use=[] does not compute; expected sources.use=[verbalized]"),
-    (["compare_with=[raw,consistency]"], "estimator consistency reads the consistency confidence source"),
+    (["features.sources=[verbalized]", "sources.use=[]"],
+     "features=bertscore (features.sources) reads the verbalized confidence source, which sources.use=[] does not "
+     "compute; expected sources.use=[verbalized]"),
+    (["compare_with=[raw,consistency]", "sources.use=[p_true]"],
+     "estimator consistency reads the consistency confidence source"),
     (["estimator=probe_last", "estimator.model.representation=last"],
      "estimator probe_last reads representation='last', which the LLM stage does not keep"),
     (["dataset.split.train=0"], "dataset.split.train=0: the estimators need training calls"),
@@ -86,7 +88,7 @@ CONFIG_ERRORS = [
 def test_a_bad_value_is_one_line_before_anything_loads(tmp_path, monkeypatch, capsys, bad, expected):
     from mice_exp.llm import model
 
-    monkeypatch.setattr(model, "load_llm", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(model, "load_hf", lambda *a, **k: pytest.fail("a model was loaded"))
     code, out, err = cli(monkeypatch, capsys, [*base(tmp_path), *bad])
     assert code == 2 and err.strip().splitlines() == [one_error_line(err)]
     assert expected in err, err
@@ -138,7 +140,7 @@ DATA_ERRORS = [
 def test_bad_data_or_model_folder_is_one_line_before_the_model_loads(tmp_path, monkeypatch, capsys, make, expected):
     from mice_exp.llm import model
 
-    monkeypatch.setattr(model, "load_llm", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(model, "load_hf", lambda *a, **k: pytest.fail("a model was loaded"))
     (tmp_path / "data").mkdir()
     code, _, err = cli(monkeypatch, capsys, [*base(tmp_path), *make(tmp_path / "data")])
     assert code == 2 and expected in one_error_line(err), err

@@ -22,7 +22,7 @@ from mice_exp.data.bfcl import NO_CALL_DEMO, load_bfcl
 from mice_exp.data.records import Example, format_demo
 from mice_exp.data.ste import SHARED_RELATIVE_PATH, load_ste
 from mice_exp.errors import UserError
-from mice_exp.llm.capture import truncate
+from mice_exp.llm.generation import truncate
 from mice_exp.llm.prompt import PromptBuilder, renders_tools
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.stage import prompt_key

@@ -49,7 +49,7 @@ def test_a_fully_cached_run_loads_no_llm(tmp_path, monkeypatch):
     args = overrides(tmp_path) + ["sources.use=[p_true]", "features.sources=[p_true]", "tracking.enabled=false",
                                   "permutations=0"]
     first = run(compose_config(args))
-    for loader in ("load_llm", "load_hf"):
+    for loader in ("load_hf", "load_tokenizer"):
         monkeypatch.setattr(model, loader, lambda *a, name=loader, **k: pytest.fail(f"{name}: a model was loaded"))
     again = run(compose_config(args))
     assert again["llm_cache"] == first["llm_cache"] and again["objective"] == first["objective"]

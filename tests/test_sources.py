@@ -8,14 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-import mice_exp.llm.sources as sources
+import mice_exp.llm.prefix_sources as prefix_sources
 from mice_exp.cache import read_json, stable_hash
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_stage
-from mice_exp.llm.sources import (PrefixSources, Prompts, agreement, compute_sources, load_source, option_token_ids,
-                                  parse_percent, prefill, semantic_confidence, shared_length, stage_sources)
+from mice_exp.llm.prefix_sources import PrefixSources, prefill, shared_length
+from mice_exp.llm.prompt import option_token_ids
+from mice_exp.llm.sources import (Prompts, agreement, compute_sources, load_source, parse_percent, semantic_confidence,
+                                  stage_sources)
 from mice_exp.pipeline import Pipeline
 from mice_exp.llm.toolcall import parse_call
 from tests.test_llm_stage import paths_in, tiny_cfg
@@ -88,7 +90,7 @@ def test_every_source_is_computed_once_per_record_and_cached(stage, tiny_llm, mo
         assert values.shape == (len(ids),) and ((finite >= 0) & (finite <= 1)).all()
     assert np.isfinite(load_source(folders["p_true"], ids)).all()
     assert set(load_source(folders["acts"], ids)) <= {0.0, 1.0}
-    monkeypatch.setattr(sources, "PrefixCall", lambda *a, **k: pytest.fail("recomputed"))
+    monkeypatch.setattr(prefix_sources, "PrefixCall", lambda *a, **k: pytest.fail("recomputed"))
     assert compute_sources(names, stage.cfg["sources"], stage.of, stage.out, stage.examples, stage.demos,
                            stage.records, PrefixSources(tiny_llm)) == folders
 
@@ -133,8 +135,8 @@ def test_continuing_a_shared_prefix_gives_what_the_whole_prompt_gives(stage, tin
     prompts = prompts_of(stage, tiny_llm, stage.records[0])
     full = prompts.followup(stage.cfg["sources"]["p_true"]["question"])
     start = shared_length([prompts.original, full])
-    shared = sources.p_true(tiny_llm, prefill(tiny_llm, full[:start]), start, full)
-    whole = sources.p_true(tiny_llm, prefill(tiny_llm, []), 0, full)
+    shared = prefix_sources.p_true(tiny_llm, prefill(tiny_llm, full[:start]), start, full)
+    whole = prefix_sources.p_true(tiny_llm, prefill(tiny_llm, []), 0, full)
     assert shared == pytest.approx(whole, abs=1e-5)
     plain = generate_ids(tiny_llm, [full], max_new_tokens=6)
     continued = generate_ids(tiny_llm, [full], max_new_tokens=6, cache=prefill(tiny_llm, full[:start]))

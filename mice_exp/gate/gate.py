@@ -199,7 +199,7 @@ class Gate:
 
     def llm(self) -> Any:
         if self._llm is None:
-            from mice_exp.llm.model import load_llm  # loads torch
+            from mice_exp.llm.backends import load_llm  # loads torch (or an engine) with the model
 
             llm = load_llm(self.llm_cfg, self.models or project_root() / ".cache" / "models")
             self._check_llm(llm)

@@ -20,22 +20,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import DynamicCache, GenerationConfig, StoppingCriteria, StoppingCriteriaList
 from transformers.cache_utils import DynamicLayer
 
+from mice_exp.llm.generation import Generation, truncate
 from mice_exp.llm.model import LLM
 from mice_exp.llm.toolcall import REACT, CallFormat
 
 LENS_ROWS = 1024  # rows per lens GEMM chunk: bounds the (rows x |V|) logits buffer
-
-
-@dataclass
-class Generation:
-    """One truncated generation y with what was captured for each of its T tokens."""
-
-    token_ids: list[int]
-    token_probs: np.ndarray  # [T] probability of each chosen token (raw logits)
-    text: str
-    offsets: list[tuple[int, int]]  # [T] character span of each token in ``text``
-    lens_ids: np.ndarray  # [L-1, T] logit-lens argmax of layers 1..L-1
-    states: np.ndarray  # [max(T,1), L, d] layers 1..L (pre-norm) at the positions predicting y_t
 
 
 class _ReservedLayer(DynamicLayer):
@@ -191,33 +180,6 @@ def attention_kernels(device: torch.device) -> Any:
     return sdpa_kernel(GPU_ATTENTION) if device.type == "cuda" else nullcontext()
 
 
-def truncate(tokenizer, ids: Sequence[int], eos_ids: Sequence[int],
-             fmt: CallFormat = REACT) -> tuple[list[int], list[tuple[int, int]], str]:
-    """Cut ids at EOS (excluded) and at the call's stop in the reply format ``fmt``; return kept ids, their
-    char offsets, the text."""
-    ids = list(ids)
-    for i, token in enumerate(ids):
-        if token in eos_ids:
-            ids = ids[:i]
-            break
-    offsets, full = token_spans(tokenizer, ids)
-    stop = fmt.stop_offset(full)
-    if stop is None:
-        return ids, offsets, full
-    keep = next((n for n, (_, end) in enumerate(offsets, 1) if end >= stop), len(ids))
-    return ids[:keep], offsets[:keep], tokenizer.decode(ids[:keep], skip_special_tokens=True,
-                                                        clean_up_tokenization_spaces=False)
-
-
-def token_spans(tokenizer, ids: Sequence[int]) -> tuple[list[tuple[int, int]], str]:
-    """Each token's character span in the text the ids decode to, and that text (a span ends where the
-    decoded prefix ending with the token ends, so a token that completes a multi-byte character holds it)."""
-    ends = [len(tokenizer.decode(ids[:n], skip_special_tokens=True, clean_up_tokenization_spaces=False))
-            for n in range(1, len(ids) + 1)]
-    return list(zip([0] + ends[:-1], ends)), tokenizer.decode(ids, skip_special_tokens=True,
-                                                             clean_up_tokenization_spaces=False)
-
-
 @torch.inference_mode()
 def lens_argmax(llm: LLM, states: torch.Tensor) -> torch.Tensor:
     """Argmax token of the logit lens for rows of hidden states [N, d], in row chunks."""
@@ -261,3 +223,11 @@ def generate_batch(llm: LLM, prompts: Sequence[Sequence[int]], max_new_tokens: i
             offsets=offsets, lens_ids=block, states=steps[b, : max(n, 1)].float().cpu().numpy(),
         ))
     return results
+
+
+@dataclass
+class CapturingLLM(LLM):
+    """The ``hf`` backend's generator: the loaded model, generating with single-pass capture."""
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, fmt: CallFormat) -> list[Generation]:
+        return generate_batch(self, prompts, max_new_tokens, fmt)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, Mapping
 
 import torch
 from filelock import FileLock
@@ -14,7 +13,6 @@ from filelock import FileLock
 from mice_exp.cache import stable_hash
 from mice_exp.errors import UserError
 from mice_exp.llm.assets import converted_dir
-from mice_exp.llm.backends import BACKENDS, check_backend
 from mice_exp.llm.memory import keep_freed_memory
 from mice_exp.llm.precision import resolve_dtype
 
@@ -29,8 +27,6 @@ class LLM:
     tokenizer: Any
     name: str
     device: torch.device
-    backend: ClassVar[str] = "hf"
-    internals: ClassVar[bool] = True  # hidden states and the logit lens: what views and probes read
 
     @property
     def cache_arg(self) -> str:
@@ -123,11 +119,6 @@ def _random_model(cfg: Mapping[str, Any], tokenizer: Any, device: torch.device =
     torch.manual_seed(int(cfg.get("seed", 0)))
     with device:
         return AutoModelForCausalLM.from_config(config, dtype=dtype)
-
-
-def load_llm(cfg: Mapping[str, Any], models_cache: Path) -> Any:
-    """The backend ``llm.backend`` names, built from a ``conf/llm`` entry (:mod:`mice_exp.llm.backends`)."""
-    return importlib.import_module(BACKENDS[check_backend(cfg)]).load(cfg, models_cache)
 
 
 def model_folder(cfg: Mapping[str, Any], models_cache: Path) -> Path:

@@ -23,7 +23,6 @@ from mice_exp.llm.toolcall import REACT
 
 FORMAT = "mice_exp.records"
 FORMAT_VERSION = 1
-SOURCES = ("p_true", "verbalized", "consistency", "semantic_entropy", "acts")  # per-record signals beside raw confidence (llm/sources.py)
 ARRAYS = ("first_token", "last_token", "mean_pool")  # per-record [L, d] states the stage pools
 
 

@@ -21,7 +21,8 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 
 from mice_exp.cache import read_intact, read_json, read_jsonl, read_npz, stable_hash, write_json, write_jsonl, write_npz
-from mice_exp.llm.capture import Generation, layer_states, lens_argmax, token_spans
+from mice_exp.llm.capture import layer_states, lens_argmax
+from mice_exp.llm.generation import Generation, token_spans
 from mice_exp.errors import UserError
 from mice_exp.llm.model import LLM
 from mice_exp.llm.precision import resolve_dtype

@@ -14,43 +14,37 @@
   is config) -- 1 if the model still calls an API, 0 if it takes the way out. Not a confidence: the
   behaviour that action-belief consistency compares with every confidence.
 
-All four prompts of a call begin with the same tokens (the instructions, the demonstrations and the
-query: ~98% of an 8-shot prompt), so each call's shared prefix is encoded once and every source
-continues from a copy of that cache (a sliding-window layer cannot be cropped back); the prefill is most of the cost. Each source is
-stored as ``<llm cache>/source-<name>-<key>/shard-NNNNN.jsonl`` (one shard per batch of records,
-resumable like the LLM stage), keyed by the source's own settings.
+Each source is a small calculator, :class:`Source` (in the manner of lm-polygraph's stat calculators): its name,
+what it asks the backend's source runner (``needs``: the option tokens' probabilities, a greedy reply or k
+samples), the prompt it asks about and how its value follows from the answer; the sources of one conf/sources
+block share one answer. The runner is the backend's (:meth:`mice_exp.llm.backends.Backend.source_runner`); a
+backend whose runner cannot answer a source's needs is refused before any model loads. Each source is stored as
+``<llm cache>/source-<name>-<key>/shard-NNNNN.jsonl`` (one shard per batch of records, resumable like the LLM
+stage), keyed by its block's settings, the prompt and how the backend computes sources.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections import Counter
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
-import torch
 from filelock import FileLock
-from transformers import DynamicCache
 from tqdm.auto import tqdm
 
 from mice_exp.cache import read_jsonl, stable_hash, write_jsonl
 from mice_exp.errors import UserError
-from mice_exp.llm.capture import generate_ids, truncate
-from mice_exp.llm.model import LLM
-from mice_exp.llm.backends.openai import ENDPOINT_METHOD, EndpointSources
-from mice_exp.llm.prompt import PromptBuilder, option_token_ids
-from mice_exp.llm.records import SOURCES, StageOutput
-from mice_exp.llm.stage import LazyLLM, LLMStage, prompt_key
-from mice_exp.llm.toolcall import CallFormat
+from mice_exp.llm.generation import truncate
+from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.records import StageOutput
+from mice_exp.llm.stage import LLMStage, prompt_key
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
-METHOD = "shared-prefix-1"  # how sources are computed; part of their cache key
-ORDER = ("p_true", "verbalized", "acts", "consistency", "semantic_entropy")
-SAMPLED = ("consistency", "semantic_entropy")  # one set of k samples serves both
 
 
 def parse_percent(text: str) -> float | None:
@@ -116,79 +110,6 @@ class Prompts:
         return self.builder.encode(self.example, self.demos, note)
 
 
-def shared_length(prompts: Sequence[Sequence[int]]) -> int:
-    """Tokens every prompt starts with, leaving each at least one token to feed."""
-    n = min(len(p) for p in prompts) - 1
-    first = prompts[0]
-    for i in range(n):
-        if any(p[i] != first[i] for p in prompts[1:]):
-            return i
-    return n
-
-
-@torch.inference_mode()
-def prefill(llm: LLM, ids: Sequence[int]) -> DynamicCache:
-    cache = DynamicCache(config=llm.model.config)
-    if ids:
-        llm.model(input_ids=torch.tensor([list(ids)], device=llm.device), **{llm.cache_arg: cache}, use_cache=True,
-                  logits_to_keep=1)
-    return cache
-
-
-@torch.inference_mode()
-def p_true(llm: LLM, cache: DynamicCache, start: int, prompt: Sequence[int]) -> float:
-    out = llm.model(input_ids=torch.tensor([list(prompt[start:])], device=llm.device), **{llm.cache_arg: cache},
-                    use_cache=True, logits_to_keep=1)
-    probs = torch.softmax(out.logits[0, -1].float(), -1)
-    yes, no = probs[option_token_ids(llm.tokenizer, "A")].sum(), probs[option_token_ids(llm.tokenizer, "B")].sum()
-    return float(yes / (yes + no))
-
-
-class PrefixCall:
-    """One call's source prompts on a transformers model: the prefix they share is encoded once, and each
-    prompt continues from that cache (a copy of it, but for the last prompt, which takes it)."""
-
-    def __init__(self, llm: LLM, prompts: Sequence[Sequence[int]]):
-        self.llm, self.left = llm, len(prompts)
-        self.start = shared_length(prompts)
-        self.shared = prefill(llm, prompts[0][:self.start])
-
-    def _cache(self) -> DynamicCache:
-        self.left -= 1
-        return self.shared if self.left == 0 else copy.deepcopy(self.shared)
-
-    def p_true(self, prompt: Sequence[int]) -> float:
-        return p_true(self.llm, self._cache(), self.start, prompt)
-
-    @torch.inference_mode()
-    def greedy(self, prompt: Sequence[int], max_new_tokens: int, fmt: CallFormat) -> list[int]:
-        return generate_ids(self.llm, [prompt], max_new_tokens, cache=self._cache(), fmt=fmt)[0].tolist()
-
-    @torch.inference_mode()
-    def samples(self, prompt: Sequence[int], k: int, temperature: float, max_new_tokens: int,
-                fmt: CallFormat) -> list[list[int]]:
-        """``k`` continuations of the prompt from one cache repeated in place."""
-        cache = self._cache()
-        cache.batch_repeat_interleave(k)
-        out = generate_ids(self.llm, [prompt] * k, max_new_tokens, cache=cache, fmt=fmt, do_sample=True,
-                           temperature=temperature, top_k=0, top_p=1.0)
-        return [row.tolist() for row in out]
-
-
-class PrefixSources:
-    """The sources from a transformers model's own forward passes (``hf``, and ``vllm``'s lens model), one call
-    at a time (:class:`PrefixCall`); samples seeded per batch from torch's global generator."""
-
-    def __init__(self, llm: LLM):
-        self.llm, self.tokenizer, self.eos = llm, llm.tokenizer, llm.eos_ids()
-
-    def start_batch(self, seed: int) -> None:
-        torch.manual_seed(seed)
-
-    def call(self, prompts: Sequence[Sequence[int]]) -> PrefixCall:
-        return PrefixCall(self.llm, prompts)
-
-
 def sample_budget(record: Mapping[str, Any], settings: Mapping[str, Any], llm_cfg: Mapping[str, Any]) -> int:
     """New tokens per self-consistency sample: the greedy call's length plus ``extra_tokens``, at most
     ``llm.max_new_tokens``. Samples at temperature 1 from a small model rarely stop on their own, so the
@@ -200,88 +121,117 @@ def sample_budget(record: Mapping[str, Any], settings: Mapping[str, Any], llm_cf
     return budget if extra is None else min(budget, len(record["token_ids"]) + int(extra))
 
 
-def settings_of(sources_cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    """A source's settings: the sampled sources share ``sources.consistency``'s (one set of samples)."""
-    return sources_cfg["consistency" if name in SAMPLED else name]
+class Reply:
+    """One call's prompts, each asked of the backend's source runner once however many sources read its answer (one
+    set of samples serves self-consistency and semantic entropy), and what the sources' values read."""
+
+    def __init__(self, runner: Any, settings: Mapping[str, Any], llm_settings: Mapping[str, Any], prompts: Prompts,
+                 sources: Sequence[Source]):
+        self.runner, self.settings, self.llm_settings, self.prompts = runner, settings, llm_settings, prompts
+        self.record, self.fmt = prompts.record, prompts.builder.fmt
+        self.variants = {s.block: s.prompt(prompts, settings[s.block]) for s in sources}
+        self.call = runner.call(list(self.variants.values()))
+        self._answers: dict[str, Any] = {}
+
+    def answer(self, source: Source) -> Any:
+        if source.block not in self._answers:
+            self._answers[source.block] = ASKS[source.needs](self, self.variants[source.block],
+                                                             self.settings[source.block])
+        return self._answers[source.block]
+
+    def text(self, ids: Sequence[int]) -> str:
+        """Generated ids as the stage cuts a call (at EOS and the call's stop)."""
+        return truncate(self.runner.tokenizer, ids, self.runner.eos, self.fmt)[2]
+
+    def calls(self, samples: Sequence[Sequence[int]]) -> list[Any]:
+        return [self.fmt.parse(self.text(ids)) for ids in samples]
 
 
-def source_method(llm_settings: Mapping[str, Any]) -> str:
-    """How the sources of this conf/llm entry are computed, part of their cache key: a server's (``openai``:
-    its own sampling and numerics) or the model's own forward passes (``hf``, and ``vllm``, whose sources run on
-    the transformers model of the same weights)."""
-    return ENDPOINT_METHOD if llm_settings.get("backend") == "openai" else METHOD
+#: What each ability of a source runner (:data:`mice_exp.llm.backends.ABILITIES`) asks of one call's prompt.
+ASKS: dict[str, Callable[[Reply, list[int], Mapping[str, Any]], Any]] = {
+    "option_probs": lambda reply, prompt, block: reply.call.p_true(prompt),
+    "greedy": lambda reply, prompt, block: reply.call.greedy(prompt, int(block["max_new_tokens"]), reply.fmt),
+    "samples": lambda reply, prompt, block: reply.call.samples(
+        prompt, int(block["samples"]), float(block["temperature"]),
+        sample_budget(reply.record, block, reply.llm_settings), reply.fmt),
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    """A confidence source: its name (``sources.use``, its cache folder), what it asks the backend's source runner
+    (``needs``, a key of :data:`ASKS`), the conf/sources block that sets it and keys its cache (the sources of one
+    block share one answer), the prompt it asks about and its value from the answer."""
+
+    name: str
+    needs: str
+    block: str
+    prompt: Callable[[Prompts, Mapping[str, Any]], list[int]]
+    compute: Callable[[Any, Reply, Mapping[str, Any]], Any]
+
+
+def _followup(prompts: Prompts, block: Mapping[str, Any]) -> list[int]:
+    return prompts.followup(block["question"])
+
+
+def _way_out(prompts: Prompts, block: Mapping[str, Any]) -> list[int]:
+    return prompts.with_note(block["instruction"])
+
+
+def _original(prompts: Prompts, block: Mapping[str, Any]) -> list[int]:
+    return prompts.original
+
+
+#: Every source, in computing order.
+SOURCES: dict[str, Source] = {s.name: s for s in (
+    Source("p_true", "option_probs", "p_true", _followup, lambda p, reply, block: p),
+    Source("verbalized", "greedy", "verbalized", _followup,
+           lambda ids, reply, block: parse_percent(reply.runner.tokenizer.decode(ids, skip_special_tokens=True))),
+    Source("acts", "greedy", "acts", _way_out,
+           lambda ids, reply, block: 0.0 if block["abstain_api"] in reply.text(ids) else 1.0),
+    Source("consistency", "samples", "consistency", _original,
+           lambda samples, reply, block: agreement(reply.calls(samples), reply.record)),
+    Source("semantic_entropy", "samples", "consistency", _original,
+           lambda samples, reply, block: semantic_confidence(reply.calls(samples))),
+)}
 
 
 def source_dir(llm_dir: Path, name: str, settings: Mapping[str, Any], prompt_cfg: Mapping[str, Any],
-               method: str = METHOD) -> Path:
+               method: str) -> Path:
     key = {"settings": dict(settings), "prompt": prompt_key(prompt_cfg), "method": method}
     return llm_dir / f"source-{name}-{stable_hash(key)}"
-
-
-def source_runner(backend: LazyLLM) -> Any:
-    """What computes the confidence sources: the server itself under ``openai`` (black-box, from its token
-    log-probabilities and samples), else the transformers model's own forward passes."""
-    if backend.settings.get("backend") == "openai":
-        return EndpointSources(backend.generator())
-    return PrefixSources(backend.forward_model())
 
 
 def call_values(runner: Any, settings: Mapping[str, Any], llm_settings: Mapping[str, Any], prompts: Prompts,
                 names: Sequence[str]) -> dict[str, Any]:
     """Every named source of one call (``settings``: conf/sources; ``llm_settings``: conf/llm, the samples'
-    budget) from ``runner`` (:class:`PrefixSources`, or an endpoint's), one set of samples serving those in
-    :data:`SAMPLED`."""
-    wanted = {"p_true": lambda: prompts.followup(settings["p_true"]["question"]),
-              "verbalized": lambda: prompts.followup(settings["verbalized"]["question"]),
-              "acts": lambda: prompts.with_note(settings["acts"]["instruction"]),
-              "sampled": lambda: prompts.original}
-    steps = list(dict.fromkeys("sampled" if name in SAMPLED else name for name in names))
-    variants = {step: wanted[step]() for step in steps}
-    call = runner.call(list(variants.values()))
-    fmt = prompts.builder.fmt
-
-    def text(ids: Sequence[int]) -> str:
-        return truncate(runner.tokenizer, ids, runner.eos, fmt)[2]
-
-    values: dict[str, Any] = {}
-    for step, prompt in variants.items():
-        if step == "p_true":
-            values[step] = call.p_true(prompt)
-        elif step == "verbalized":
-            ids = call.greedy(prompt, int(settings["verbalized"]["max_new_tokens"]), fmt)
-            values[step] = parse_percent(runner.tokenizer.decode(ids, skip_special_tokens=True))
-        elif step == "acts":
-            ids = call.greedy(prompt, int(settings["acts"]["max_new_tokens"]), fmt)
-            values[step] = 0.0 if settings["acts"]["abstain_api"] in text(ids) else 1.0
-        else:
-            samples = call.samples(prompt, int(settings["consistency"]["samples"]),
-                                   float(settings["consistency"]["temperature"]),
-                                   sample_budget(prompts.record, settings["consistency"], llm_settings), fmt)
-            calls = [fmt.parse(text(ids)) for ids in samples]
-            values |= {"consistency": agreement(calls, prompts.record), "semantic_entropy": semantic_confidence(calls)}
-    return {name: values[name] for name in names}
+    budget) from the backend's source ``runner``."""
+    sources = [SOURCES[name] for name in names]
+    reply = Reply(runner, settings, llm_settings, prompts, sources)
+    return {s.name: s.compute(reply.answer(s), reply, settings[s.block]) for s in sources}
 
 
 def source_folders(names: Sequence[str], settings: Mapping[str, Any], prompt: Mapping[str, Any],
-                   llm_dir: Path, method: str = METHOD) -> dict[str, Path]:
-    """Each named source's cache folder beside an LLM stage, in computing order (an unknown name is one line)."""
+                   llm_dir: Path, method: str) -> dict[str, Path]:
+    """Each named source's cache folder beside an LLM stage, in computing order (an unknown name is one line);
+    ``method``: how the backend computes sources (:attr:`~mice_exp.llm.backends.Backend.source_method`)."""
     unknown = [n for n in names if n not in SOURCES]
     if unknown:
         raise UserError(f"sources.use lists {unknown}; expected some of {', '.join(SOURCES)}")
-    return {n: source_dir(llm_dir, n, settings_of(settings, n), prompt, method) for n in ORDER if n in names}
+    return {n: source_dir(llm_dir, n, settings[s.block], prompt, method) for n, s in SOURCES.items() if n in names}
 
 
 def compute_sources(names: Sequence[str], settings: Mapping[str, Any], stage: LLMStage, llm_dir: Path,
                     examples: Mapping[str, Any], demos: Mapping[str, list[str]], records: list[dict[str, Any]],
                     runner: Any) -> dict[str, Path]:
-    """Compute the named sources (``settings``: conf/sources) for every record of ``stage`` with ``runner``
-    (:class:`PrefixSources`, or :class:`~mice_exp.llm.backends.openai.EndpointSources`), following the stage's
-    prompt and batches (resuming finished batches); return their folders.
+    """Compute the named sources (``settings``: conf/sources) for every record of ``stage`` with the backend's source
+    ``runner`` (:meth:`~mice_exp.llm.backends.Backend.source_runner`), following the stage's prompt and batches
+    (resuming finished batches); return their folders.
 
     A source whose ``splits`` setting lists splits (self-consistency: k generations per call) is
     computed for those records only; the others are missing (None).
     """
-    folders = source_folders(names, settings, stage.prompt, llm_dir, source_method(stage.llm))
+    folders = source_folders(names, settings, stage.prompt, llm_dir, stage.backend.source_method)
     names = list(folders)
     size = int(stage.llm["batch_size"])
     builder = PromptBuilder.from_config(stage.prompt, runner.tokenizer)
@@ -296,10 +246,10 @@ def compute_sources(names: Sequence[str], settings: Mapping[str, Any], stage: LL
             runner.start_batch(int(settings["consistency"]["seed"]) + n)
             rows: dict[str, list[dict[str, Any]]] = {name: [] for name in todo}
             for record in records[lo:lo + size]:
-                mine = [name for name in todo if record["split"] in (settings_of(settings, name).get("splits")
+                mine = [name for name in todo if record["split"] in (settings[SOURCES[name].block].get("splits")
                                                                        or [record["split"]])]
-                values = (call_values(runner, settings, stage.llm, record_prompts(builder, examples, demos, record), mine)
-                          if mine else {})
+                prompts = record_prompts(builder, examples, demos, record) if mine else None
+                values = call_values(runner, settings, stage.llm, prompts, mine) if mine else {}
                 for name in todo:
                     rows[name].append({"id": record["id"], "value": values.get(name)})
             for name in todo:
@@ -326,9 +276,10 @@ def stage_sources(settings: Mapping[str, Any], stage: LLMStage, output: StageOut
     records file's, computed where not cached: only then does the stage's LLM load. A records file's are
     cached in ``<cache>/llm/<llm>-records-<sha>/`` beside the demonstrations retrieved again for them (each
     prompt is checked against its record's hash)."""
-    folders = source_folders(names, settings, stage.prompt, stage.derived_folder(output), source_method(stage.llm))
+    folders = source_folders(names, settings, stage.prompt, stage.derived_folder(output), stage.backend.source_method)
     batches = range(-(-len(output.records) // int(stage.llm["batch_size"])))
     if not all((folder / f"shard-{n:05d}.jsonl").exists() for folder in folders.values() for n in batches):
         folder, examples, demos = stage.context(output)
-        compute_sources(names, settings, stage, folder, examples, demos, output.records, source_runner(stage.backend))
+        compute_sources(names, settings, stage, folder, examples, demos, output.records,
+                        stage.backend.source_runner())
     return {name: load_source(folders[name], output.ids) for name in names}

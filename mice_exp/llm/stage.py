@@ -29,6 +29,7 @@ from mice_exp.cache import (read_intact, read_json, read_jsonl, read_npz, stable
 from mice_exp.data import Dataset, Example, Selection, demo_pool
 from mice_exp.data.labels import call_expected, is_correct
 from mice_exp.errors import UserError
+from mice_exp.llm.backends import Backend, backend_of
 from mice_exp.llm.headroom import Headroom
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import Prompt, PromptBuilder
@@ -38,24 +39,13 @@ from mice_exp.llm.shards import ShardPlan, run_workers
 from mice_exp.llm.toolcall import CallFormat, content_mask
 from mice_exp.paths import Paths, resolve
 
-if TYPE_CHECKING:  # annotations only: the capture (torch) loads with the backend
-    from mice_exp.llm.capture import Generation
+if TYPE_CHECKING:  # annotations only
+    from mice_exp.llm.generation import Generation
 
 K = TypeVar("K")
 STAGE_VERSION = 1
 log = logging.getLogger(__name__)
 LLM_KEYS = ("source", "dtype", "batch_size", "max_new_tokens", "context_window", "store_token_states")
-
-
-def backend_key(llm: Mapping[str, Any]) -> dict[str, Any]:
-    """What the backend adds to the key: nothing for hf (every cache made before backends keeps its key); the
-    engine otherwise (its numerics differ), and for a server the model name it serves."""
-    name = llm.get("backend", "hf")
-    if name == "hf":
-        return {}
-    return {"backend": name} | ({"model": llm.get("model")} if name == "openai" else {})
-
-
 
 
 def prompt_key(prompt: Mapping[str, Any], defaults: Mapping[str, Any] = PROMPT_DEFAULTS) -> dict[str, Any]:
@@ -133,53 +123,21 @@ def batch_records(tokenizer: Any, batch: Sequence[K], examples: Mapping[K, Examp
     return records, shard_arrays([g.states for g in gens], store_tokens)
 
 
-class LazyLLM:
-    """A run's LLM, loaded at most once and only when something computes with it: a run whose LLM stage, confidence
-    sources and replayed states are all cached (or come from a records file) never loads a model."""
-
-    def __init__(self, settings: Mapping[str, Any], models: Path, loaded: Any = None) -> None:
-        self.settings = settings  # the conf/llm entry
-        self.models = models  # where weights are converted and cached (Paths.models)
-        self._generator = loaded  # a backend a caller already holds (tests, the gate)
-        self._forward: Any = None
-
-    def generator(self) -> Any:
-        """The backend ``llm.backend`` names (hf, vllm, openai): what generates the LLM stage's calls."""
-        if self._generator is None:
-            from mice_exp.llm.model import load_llm  # loads torch
-
-            self._generator = load_llm(self.settings, self.models)
-        return self._generator
-
-    def forward_model(self) -> Any:
-        """The transformers model (:class:`~mice_exp.llm.model.LLM`) whose own forward passes the confidence sources
-        and replayed states run: the generator's when it holds one (hf itself, vllm's lens), else loaded once."""
-        if self._forward is None:
-            held = self._generator
-            if held is not None and held.backend in ("hf", "vllm"):
-                self._forward = held if held.backend == "hf" else held.lens
-            else:
-                from mice_exp.llm.model import load_hf  # loads torch
-
-                self._forward = load_hf(self.settings, self.models)
-        return self._forward
-
-
 class LLMStage:
     """One run's LLM stage: what its key hashes (the data set, ``prompt``, ``llm``, ``retrieval``), the
     run's examples (selected once, on first use: a bad data file fails inside the run), its cache folder and
-    the backend that computes it, loaded only when a batch is missing (:class:`LazyLLM`).
+    the backend that computes it, loaded only when a batch is missing (:class:`~mice_exp.llm.backends.Backend`).
 
     The LLM stage of a run, the local workers of a sharded one (:mod:`mice_exp.llm.shard_worker`), the
     confidence sources and the replayed states all read the stage through this object.
     """
 
     def __init__(self, dataset: Dataset, prompt: Mapping[str, Any], llm: Mapping[str, Any],
-                 retrieval: Mapping[str, Any], paths: Paths, backend: LazyLLM | None = None,
+                 retrieval: Mapping[str, Any], paths: Paths, backend: Backend | None = None,
                  selection: Selection | None = None) -> None:
         self.dataset, self.prompt, self.llm, self.retrieval = dataset, prompt, llm, retrieval
         self.paths = paths
-        self.backend = backend or LazyLLM(llm, paths.models)
+        self.backend = backend or backend_of(llm, paths.models)
         if selection is not None:  # a selection the caller already holds (tests)
             self.selection = selection
 
@@ -204,7 +162,7 @@ class LLMStage:
             "retrieval": dict(self.retrieval),
             "prompt": prompt_key(self.prompt),
             "llm": {k: llm[k] for k in LLM_KEYS if k in llm}
-            | {"device": device, "dtype": resolve_dtype(llm.get("dtype", "float32"), device)} | backend_key(llm),
+            | {"device": device, "dtype": resolve_dtype(llm.get("dtype", "float32"), device)} | self.backend.key(),
         }
 
     def folder(self) -> tuple[Path, dict[str, Any]]:

@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from mice_exp.llm.capture import Generation, generate_batch
-from mice_exp.llm.model import LLM, load_hf
-from mice_exp.llm.toolcall import CallFormat
+from mice_exp.llm.backends import Backend
 
 
-@dataclass
-class HFBackend(LLM):
-    """The loaded model (:class:`~mice_exp.llm.model.LLM`) that generates as the stage asks."""
+class HF(Backend):
+    """The model itself generates (:class:`~mice_exp.llm.capture.CapturingLLM`), replays states and computes the
+    sources from its own forward passes."""
 
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, fmt: CallFormat) -> list[Generation]:
-        """Greedy generation with single-pass capture (:func:`mice_exp.llm.capture.generate_batch`)."""
-        return generate_batch(self, prompts, max_new_tokens, fmt)
+    name = "hf"
+
+    def key(self) -> dict[str, Any]:
+        """Nothing: every cache made before backends existed keeps its key."""
+        return {}
+
+    def load(self) -> Any:
+        from mice_exp.llm.capture import CapturingLLM  # torch: only when the model loads
+        from mice_exp.llm.model import load_hf  # loads torch
+
+        llm = load_hf(self.settings, self.models)
+        return CapturingLLM(model=llm.model, tokenizer=llm.tokenizer, name=llm.name, device=llm.device)
+
+    def _own_forward_model(self) -> Any:
+        return self.generator()
 
 
-def load(cfg: Mapping[str, Any], models_cache: Path) -> HFBackend:
-    llm = load_hf(cfg, models_cache)
-    return HFBackend(model=llm.model, tokenizer=llm.tokenizer, name=llm.name, device=llm.device)
+BACKEND = HF

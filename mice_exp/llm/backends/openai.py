@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from mice_exp.errors import UserError
-from mice_exp.llm.capture import Generation, truncate
-from mice_exp.llm.model import load_tokenizer
+from mice_exp.llm.backends import Backend
+from mice_exp.llm.generation import Generation, truncate
 from mice_exp.llm.prompt import option_token_ids
-from mice_exp.llm.toolcall import CallFormat
+from mice_exp.llm.toolcall import REACT, CallFormat
 
 TOKEN_ID = "token_id:"  # vLLM's spelling of a token when asked for ids (return_tokens_as_token_ids)
-ENDPOINT_METHOD = "endpoint-1"  # how the sources are computed here, part of their cache key (mice_exp.llm.sources)
 
 
 @dataclass
@@ -35,8 +33,6 @@ class Endpoint:
     name: str
     base_url: str
     eos: list[int]
-    backend: ClassVar[str] = "openai"
-    internals: ClassVar[bool] = False
     n_layers: ClassVar[int] = 0  # records with no layers: no layer strings, no states
     hidden_size: ClassVar[int] = 0
 
@@ -47,11 +43,18 @@ class Endpoint:
 
     def complete(self, prompts: Sequence[Sequence[int]], max_tokens: int, **sampling: Any) -> list[Any]:
         """The choices of one ``/v1/completions`` request for token-id prompts, in order, each with its tokens
-        named by id and their log-probabilities."""
+        named by id and their log-probabilities: ``n`` per prompt, or the request is refused in one line (a server
+        answering fewer would silently drop calls)."""
         extra = {"return_tokens_as_token_ids": True} | sampling.pop("extra_body", {})
         response = self.request(prompt=[list(p) for p in prompts], max_tokens=max_tokens, logprobs=1,
                                 extra_body=extra, **sampling)
-        return sorted(response.choices, key=lambda c: c.index)
+        n = int(sampling.get("n") or 1)
+        choices = sorted(response.choices, key=lambda c: c.index)
+        if [c.index for c in choices] != list(range(len(prompts) * n)):
+            raise UserError(f"the server at {self.base_url} returned {len(choices)} choices for {len(prompts)} "
+                            f"prompts; expected one per prompt (n={n} each), indexed in order: a server that takes a "
+                            "batch of token-id prompts in one request (vllm serve)")
+        return choices
 
     def token_ids(self, choice: Any) -> list[int]:
         """The generated token ids of a choice (tokens named ``token_id:N``); one line for a server naming them
@@ -63,11 +66,25 @@ class Endpoint:
         return [int(t[len(TOKEN_ID):]) for t in tokens]
 
     def request(self, **body: Any) -> Any:
-        """One ``/v1/completions`` request; a server that is down, slow or refuses the model is one line."""
+        """One ``/v1/completions`` request; a server that is down, slow, refuses the model or answers in another
+        shape is one line."""
+        response = self.parsed(lambda: self.client.completions.with_raw_response.create(model=self.model, **body),
+                               "/v1/completions")
+        if not isinstance(getattr(response, "choices", None), list):
+            raise UserError(f"the server at {self.base_url} answered a completion without 'choices'; expected an "
+                            "OpenAI-compatible /v1/completions (a list of choices with their logprobs)")
+        if response.model not in (None, self.model):
+            raise UserError(f"the server at {self.base_url} answered as model {response.model!r}, not "
+                            f"llm.model={self.model!r}; expected the server of that model (or llm.model naming it)")
+        return response
+
+    def parsed(self, ask: Any, path: str) -> Any:
+        """What one request to ``path`` returns, parsed; one line for a server that is down, slow, refuses it or
+        answers with something other than JSON (an HTML page: the address of a web server, not of an API)."""
         import openai
 
         try:
-            return self.client.completions.create(model=self.model, **body)
+            raw = ask()
         except openai.APIConnectionError as error:
             what = "did not answer in time" if isinstance(error, openai.APITimeoutError) else "is not reachable"
             raise UserError(f"llm.base_url={self.base_url} {what} ({error.__cause__ or error}); expected a running "
@@ -78,13 +95,36 @@ class Endpoint:
         except openai.APIStatusError as error:
             raise UserError(f"the server at {self.base_url} refused the request (HTTP {error.status_code}: "
                             f"{_message(error)}); expected it to accept token-id prompts with logprobs") from None
+        kind = raw.headers.get("content-type", "no content type").split(";")[0]
+        if "json" not in kind:
+            raise UserError(f"the server at {self.base_url} answered {path} with {kind}, not JSON; expected an "
+                            "OpenAI-compatible API at llm.base_url (e.g. http://HOST:8000/v1 of vllm serve)")
+        try:
+            return raw.parse()
+        except (ValueError, TypeError) as error:
+            raise UserError(f"the server at {self.base_url} answered {path} with JSON of another shape ({error}); "
+                            "expected an OpenAI-compatible API") from None
 
     def served(self) -> list[str]:
-        """The model names the server lists (``/v1/models``)."""
+        """The model names the server lists (``/v1/models``); none where it lists none (a server without the
+        listing, or not reachable: the request that follows says so)."""
+        import openai
+
         try:
-            return [m.id for m in self.client.models.list()]
-        except Exception:  # the listing is only a hint in an error message
+            listing = self.client.models.with_raw_response.list()
+        except openai.APIError:
             return []
+        return [m.id for m in getattr(self.parsed(lambda: listing, "/v1/models"), "data", None) or []]
+
+    def check(self) -> None:
+        """The endpoint, once before the stage: the model among those it lists (where it lists them), and one
+        one-token request answered in the shape every later one must have (:meth:`request`)."""
+        served = self.served()
+        if served and self.model not in served:
+            raise UserError(f"llm.model={self.model!r}: the server at {self.base_url} does not serve it; expected "
+                            f"one of {served}")
+        (choice,) = self.complete([self.tokenizer.encode("Hello")], 1, temperature=0.0)
+        self._generation(choice, REACT)
 
     def _generation(self, choice: Any, fmt: CallFormat) -> Generation:
         logprobs = choice.logprobs
@@ -114,7 +154,13 @@ class EndpointCall:
         choices = self.endpoint.complete([[*prompt, t] for _, t in options], 0, echo=True, temperature=0.0)
         mass = {"A": 0.0, "B": 0.0}
         for (option, _), choice in zip(options, choices):
-            mass[option] += float(np.exp(choice.logprobs.token_logprobs[len(prompt)]))
+            scored = list(choice.logprobs.token_logprobs or []) if choice.logprobs is not None else []
+            if len(scored) <= len(prompt):
+                raise UserError(f"the server at {self.endpoint.base_url} ignored echo=true (log-probabilities "
+                                f"of {len(scored)} tokens, not of the {len(prompt) + 1}-token prompt); P(True) needs "
+                                "them; expected a server that echoes prompts with logprobs (vllm serve) or sources.use "
+                                "without p_true")
+            mass[option] += float(np.exp(scored[len(prompt)]))
         return mass["A"] / (mass["A"] + mass["B"])
 
     def greedy(self, prompt: Sequence[int], max_new_tokens: int, fmt: CallFormat) -> list[int]:
@@ -164,17 +210,55 @@ def _message(error: Any) -> str:
     return str(error)
 
 
-def load(cfg: Mapping[str, Any], models_cache: Path) -> Endpoint:
-    """The endpoint ``llm.base_url`` serving ``llm.model`` (key from the variable ``llm.api_key_env``)."""
-    import openai
+class OpenAI(Backend):
+    """A black box behind an HTTP endpoint: text and token probabilities, no layers, no model of its own to replay
+    states on; the server itself computes the sources (:class:`EndpointSources`)."""
 
-    base_url, model = cfg.get("base_url"), cfg.get("model")
-    if not base_url or not model:
-        raise UserError("llm.backend=openai needs llm.base_url (e.g. http://127.0.0.1:8000/v1) and llm.model (the "
-                        "name the server serves); expected both set")
-    key = os.environ.get(cfg.get("api_key_env") or "OPENAI_API_KEY") or "EMPTY"
-    client = openai.OpenAI(base_url=base_url, api_key=key, timeout=float(cfg.get("timeout_s", 600)),
-                           max_retries=int(cfg.get("max_retries", 2)))
-    tokenizer = load_tokenizer(cfg["source"], models_cache)
-    eos = [t for t in (tokenizer.eos_token_id,) if t is not None]
-    return Endpoint(client=client, model=model, tokenizer=tokenizer, name=cfg["name"], base_url=base_url, eos=eos)
+    name = "openai"
+    internals = False
+    replays = False
+    source_method = "endpoint-1"  # the server's own sampling and numerics
+
+    @classmethod
+    def check(cls, settings: Mapping[str, Any]) -> None:
+        """An address, a model name and the client's settings, before anything loads."""
+        super().check(settings)
+        if not settings.get("base_url") or not settings.get("model"):
+            raise UserError("llm.backend=openai needs llm.base_url (e.g. http://127.0.0.1:8000/v1) and llm.model (the "
+                            "name the server serves); expected both set")
+        retries, timeout = settings.get("max_retries", 2), settings.get("timeout_s", 600)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise UserError(f"llm.max_retries={retries!r}; expected a non-negative integer (retries of a failed "
+                            "request)")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+            raise UserError(f"llm.timeout_s={timeout!r}; expected a number of seconds > 0 (how long a request may "
+                            "take)")
+
+    def key(self) -> dict[str, Any]:
+        """The engine and the model name the server serves."""
+        return {"backend": self.name, "model": self.settings.get("model")}
+
+    def load(self) -> Endpoint:
+        """The endpoint ``llm.base_url`` serving ``llm.model`` (key from the variable ``llm.api_key_env``), with the
+        tokenizer of ``llm.source`` (no weights load)."""
+        import openai
+
+        from mice_exp.llm.model import load_tokenizer  # loads torch, transformers
+
+        cfg = self.settings
+        self.check(cfg)
+        key = os.environ.get(cfg.get("api_key_env") or "OPENAI_API_KEY") or "EMPTY"
+        client = openai.OpenAI(base_url=cfg["base_url"], api_key=key, timeout=float(cfg.get("timeout_s", 600)),
+                               max_retries=int(cfg.get("max_retries", 2)))
+        tokenizer = load_tokenizer(cfg["source"], self.models)
+        eos = [t for t in (tokenizer.eos_token_id,) if t is not None]
+        endpoint = Endpoint(client=client, model=cfg["model"], tokenizer=tokenizer, name=cfg["name"],
+                            base_url=cfg["base_url"], eos=eos)
+        endpoint.check()  # a server that is not one: one line now, not a traceback mid-stage
+        return endpoint
+
+    def source_runner(self) -> EndpointSources:
+        return EndpointSources(self.generator())
+
+
+BACKEND = OpenAI
