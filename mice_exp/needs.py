@@ -2,7 +2,8 @@
 
 Feature views (:mod:`mice_exp.features.views`) and estimators (:mod:`mice_exp.estimators`) each say what
 they need (lm-polygraph's calculators declare their dependencies the same way);
-:func:`mice_exp.config.check_needs` unites them and refuses a run whose config does not provide it.
+:func:`mice_exp.pipeline.check_needs` unites them, settles ``sources.use`` from them and refuses a run whose config
+does not provide them.
 """
 
 from __future__ import annotations
