@@ -138,3 +138,20 @@ def test_a_gate_refuses_to_score_with_another_llm_in_one_line(fitted):
     with pytest.raises(UserError, match=r"^the gate needs llm=tiny_random; the model given is smollm2_135m$"):
         Gate.load(fitted[0], llm=SimpleNamespace(name="smollm2_135m"))
 
+
+
+@pytest.mark.slow  # the gate's LLM loaded in a fresh process, 2 queries x 3 ways x 2 modes
+def test_the_latency_benchmark_runs_on_a_tiny_gate(fitted):
+    import os
+    import subprocess
+    import sys
+
+    from mice_exp.paths import PACKAGE_ROOT
+
+    out = subprocess.run([sys.executable, "benchmarks/gate_latency.py", "--gate", str(fitted[0]), "--apis", "1",
+                          "--limit", "2", "--concurrency", "2"], cwd=PACKAGE_ROOT, capture_output=True, text=True,
+                         timeout=600, env=os.environ | {"PYTHONPATH": str(PACKAGE_ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    for line in ("sequential", "2 concurrent", "  check    p50", "  score    p50", "  forward  p50",
+                 "score / forward at p50", "score: 2 concurrent / sequential throughput", "load average at end"):
+        assert line in out.stdout
