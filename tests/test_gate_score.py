@@ -139,7 +139,6 @@ def test_a_gate_refuses_to_score_with_another_llm_in_one_line(fitted):
         Gate.load(fitted[0], llm=SimpleNamespace(name="smollm2_135m"))
 
 
-
 @pytest.mark.slow  # the gate's LLM loaded in a fresh process, 2 queries x 3 ways x 2 modes
 def test_the_latency_benchmark_runs_on_a_tiny_gate(fitted):
     import os
