@@ -72,13 +72,14 @@ def test_a_user_error_is_one_line_and_the_run_is_marked_failed(tmp_path, monkeyp
                                         "first_half, second_half, early, mid, late or a list of layer numbers"]
 
 
-def test_a_missing_dataset_file_is_named_and_the_mlflow_run_is_failed(tmp_path, monkeypatch, capsys):
+def test_a_missing_dataset_file_is_named_before_any_mlflow_run_opens(tmp_path, monkeypatch, capsys):
+    """Refused in one line before the job's run opens (issue 42): no empty FAILED run is left."""
     code, err = cli(monkeypatch, capsys, overrides(tmp_path) + [f"hydra.run.dir={tmp_path}",
                                                                 "dataset.path=/nope/tool_test.json"])
     assert code == 2 and "/nope/tool_test.json" in err and "Traceback" not in err
     runs = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_experiments()[0]
     statuses = [r.info.status for r in MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs([runs.experiment_id])]
-    assert statuses == ["FAILED"]
+    assert statuses == []
 
 
 @pytest.mark.parametrize("bad", ["llm.dtype=float8", "protocol.name=kfold", "risk.fp=5", "stage=half"])
