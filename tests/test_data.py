@@ -239,7 +239,7 @@ def test_a_first_look_at_each_bfcl_category_keeps_its_first_calls(tmp_path: Path
 def test_load_dataset_config_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"^dataset=jsonl needs dataset\.path=FILE\.jsonl"):
         as_plain(compose_config(["dataset=jsonl"]))
-    with pytest.raises(UserError, match=r"^dataset has no _target_; .*dataset=bfcl\|bfcl_relevance\|"):
+    with pytest.raises(UserError, match=r"^dataset has no _target_; .*dataset=bfcl\|bfcl_multi_turn\|bfcl_relevance\|"):
         load_dataset({"name": "csv"}, ROOT, tmp_path)
     with pytest.raises(UserError, match=r"^dataset\._target_='mice_exp\.data\.ste\.Ste': .*'url'"):
         load_dataset({"name": "ste", "_target_": "mice_exp.data.ste.Ste", "path": None, "split": {}}, tmp_path, tmp_path)
