@@ -12,6 +12,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from mice_exp.estimators import MiceLogisticRegression
 from mice_exp.gate import Decision, Gate, InvalidRequest
+from mice_exp.gate.serve import completion
 from tests.test_gate import WEATHER, ask, fitted  # noqa: F401 - fitted: test_gate's saved tiny_random gate
 
 CALL = {"type": "function", "id": "call_1", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
@@ -42,9 +43,11 @@ def gate(fitted, tiny_llm):
 
 
 def test_scoring_the_gate_s_own_call_gives_check_s_probability(gate, tiny_llm, monkeypatch):
-    """tiny_random's greedy replies hold no call, so its decoding is steered to one (:class:`Steer`); check captures
-    while decoding (KV-cached), score in one teacher-forced pass: the same numbers up to float rounding."""
-    reply = gate.builder().fmt.write("get_weather", '{"city": "Paris"}')
+    """tiny_random's greedy replies hold no call, so its decoding is steered to one (:class:`Steer`), its JSON
+    indented as STE's demonstrations are; check captures while decoding (KV-cached), score in one teacher-forced
+    pass of the call as ``mice-exp serve`` hands it on (the arguments as written): the same numbers up to float
+    rounding."""
+    reply = gate.builder().fmt.write("get_weather", '{\n  "city": "Paris"\n}')
     steer = Steer(tiny_llm.tokenizer.encode(reply, add_special_tokens=False))
     generate = tiny_llm.model.generate
     with monkeypatch.context() as patch:
@@ -52,7 +55,9 @@ def test_scoring_the_gate_s_own_call_gives_check_s_probability(gate, tiny_llm, m
                       lambda **kw: generate(**kw, logits_processor=LogitsProcessorList([steer])))
         checked = gate.check(ask("What's the weather in Paris?"), [WEATHER])
     assert checked.text == reply and checked.call is not None and checked.call.arguments == {"city": "Paris"}
-    scored = gate.score(ask("What's the weather in Paris?"), [WEATHER], CALL)
+    handed_on = completion(checked, "gate", on_abstain="pass")["choices"][0]["message"]["tool_calls"][0]
+    assert handed_on["function"]["arguments"] == '{\n  "city": "Paris"\n}'
+    scored = gate.score(ask("What's the weather in Paris?"), [WEATHER], handed_on)
     assert isinstance(scored, Decision) and scored.call == checked.call and scored.reason is None
     assert 0.01 < checked.probability < 0.99
     assert scored.probability == pytest.approx(checked.probability, abs=1e-5)

@@ -437,7 +437,9 @@ class Gate:
         call, why = None, problem or record["parse_error"]
         if problem is None and record["pred_args"] is not None:
             if record["pred_api"] in tools:
-                call = Call(record["pred_api"], record["pred_args"])
+                span = self.builder().fmt.spans(record["text"]).args
+                call = Call(record["pred_api"], record["pred_args"],
+                            None if span is None else record["text"][span[0]:span[1]])
             else:
                 why = (f"the reply calls {record['pred_api']!r}, which is not among the tools offered "
                        f"({', '.join(tools)})")

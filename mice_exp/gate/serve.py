@@ -179,7 +179,7 @@ def completion(decision: Decision, model: str, on_abstain: str, approved: bool =
     elif decision.execute or on_abstain == "pass":
         action = "approved" if approved else "execute" if decision.execute else "pass"
         message["tool_calls"] = [{"id": call_id(action, decision.probability), "type": "function", "function": {
-            "name": decision.call.name, "arguments": json.dumps(decision.call.arguments, ensure_ascii=False)}}]
+            "name": decision.call.name, "arguments": decision.call.arguments_json}}]
     else:
         action, message["content"] = on_abstain, held_message(decision, on_abstain)
     return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
