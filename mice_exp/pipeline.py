@@ -166,6 +166,10 @@ class Pipeline:
         selection = self.stage.selection
         check_data(selection, self.stage.dataset.split, self.stage.prompt.get("tools", "text"), self.protocol.name,
                    self.estimates)
+        if self.estimates:  # what the view and protocol need of the training calls, each saying it
+            n_train = sum(split == "train" for split in selection.splits.values())
+            self.view.check_training_calls(n_train)
+            self.protocol.check_training_calls(n_train)
         return selection
 
     def check_inputs(self) -> None:

@@ -69,6 +69,10 @@ class FeatureView(TransformerMixin, BaseEstimator):
             raise UserError(f"features.layers={self.layers!r}; expected one of {', '.join(NAMED)} "
                             "or a list of layer numbers")
 
+    def check_training_calls(self, n_train: int) -> None:
+        """What the number of training calls alone can refuse, before the LLM stage and the run's MLflow run
+        (:meth:`mice_exp.pipeline.Pipeline.check_inputs`); views that learn nothing refuse nothing."""
+
     def fit(self, stage: StageOutput, y: Any = None, rows: np.ndarray | None = None) -> FeatureView:
         """Learn from the records ``rows`` (a boolean mask; default: every record) of ``stage``."""
         self.validate()
@@ -161,6 +165,12 @@ class PcaView(FeatureView):
         super().__init__(layers, confidence, sources)
         self.components = components
         self.random_state = random_state
+
+    def check_training_calls(self, n_train: int) -> None:
+        if self.layers != "none" and int(self.components) > n_train:
+            raise UserError(f"features.components={self.components}: the PCA view fits on {n_train} training "
+                            f"calls, which give at most {n_train} components; expected more training calls or "
+                            "fewer components")
 
     def _fit_block(self, stage: StageOutput, rows: np.ndarray) -> None:
         self.pcas_ = []

@@ -83,6 +83,10 @@ class Protocol:
     #: The ``baselines`` keys it fits besides the study's rows (sample efficiency's), built once with the study.
     estimators: Sequence[str] = ()
 
+    def check_training_calls(self, n_train: int) -> None:
+        """What the number of training calls alone can refuse, before the LLM stage and the run's MLflow run
+        (:meth:`mice_exp.pipeline.Pipeline.check_inputs`)."""
+
     def run(self, study: Study, fs: FeatureSet) -> Outcome:
         raise NotImplementedError
 

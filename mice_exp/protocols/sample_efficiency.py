@@ -151,10 +151,16 @@ def _grid(sizes: Iterable[int], n_train: int) -> list[int]:
     if too_big:
         warnings.warn(f"sample_efficiency: skipping sizes {too_big}, larger than the {n_train} training rows",
                       UserWarning, stacklevel=3)
-    if len(too_big) == len(sizes):  # nothing left to run: an empty table would pass for a result
+    check_sizes(sizes, n_train)
+    return [s for s in sizes if s <= n_train]
+
+
+def check_sizes(sizes: Iterable[int], n_train: int) -> None:
+    """At least one size fits the training rows: with none left an empty table would pass for a result."""
+    sizes = sorted({int(s) for s in sizes})
+    if sizes and sizes[0] > n_train:
         raise UserError(f"protocol.sizes={sizes}: every size is larger than the {n_train} training rows; "
                         f"expected sizes up to {n_train}")
-    return [s for s in sizes if s <= n_train]
 
 
 def sample_efficiency_scores(
@@ -295,6 +301,9 @@ class SampleEfficiency(Protocol):
         self.trials = trials
         self.n_jobs = n_jobs
         self.estimators = estimators
+
+    def check_training_calls(self, n_train: int) -> None:
+        check_sizes(self.sizes, n_train)
 
     def run(self, study: Study, fs: FeatureSet) -> Outcome:
         """The table (logged as ``sample_efficiency.csv``), every fit behind it (``sample_efficiency_fits.csv``,
