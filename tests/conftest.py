@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,17 @@ from mice_exp.paths import PACKAGE_ROOT
 
 CONF = PACKAGE_ROOT / "conf"
 MODELS_CACHE = PACKAGE_ROOT / ".cache" / "models"
+
+
+@pytest.fixture(autouse=True)
+def no_log_handler_on_a_closed_stream():
+    """A command run in this process (``mice-exp`` through Hydra) points the root logger's console handler at
+    the stream pytest captured for that test, which closes with it; a later test's log line would then print
+    logging's own "--- Logging error ---" traceback. Such handlers are dropped before each test."""
+    for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+        for handler in list(getattr(logger, "handlers", ())):
+            if getattr(getattr(handler, "stream", None), "closed", False):
+                logger.removeHandler(handler)
 
 
 def cache_sharing_models(folder: Path) -> Path:
