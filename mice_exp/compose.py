@@ -7,11 +7,12 @@ know about (:mod:`mice_exp.gate.command`) need it: living in either made them im
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Mapping, Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException, InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
@@ -83,6 +84,7 @@ def build_object(node: Mapping[str, Any], group: str, kind: type, labels: Mappin
     choose = f"choose a {group} with {group}={'|'.join(group_options(group))}"
     if not target:
         raise UserError(f"{group} has no _target_; expected a conf/{group} entry naming its class ({choose})")
+    check_settings(params, group, labels)
     try:
         built = instantiate(params, _convert_="all")
     except InstantiationException as error:
@@ -98,3 +100,23 @@ def build_object(node: Mapping[str, Any], group: str, kind: type, labels: Mappin
             raise UserError(f"{group}.{key}={node[key]!r}, but {group}._target_={target} is the {own!r} {group}; "
                             f"expected {group}.{key}={own} ({choose})")
     return built
+
+
+def check_settings(params: Mapping[str, Any], group: str, labels: Mapping[str, str | None]) -> None:
+    """A key of the node that its ``_target_`` class does not take by name up its bases (``+dataset.max_api=3``,
+    a typo of ``max_apis``; a ``**kwargs`` is taken to be handed up) is refused as a top-level one is, naming
+    what the class takes; a target that does not import is refused by :func:`build_object` itself."""
+    try:
+        cls = get_class(params["_target_"])
+    except Exception:  # noqa: BLE001 - build_object's instantiate says why in one line
+        return
+    takes: set[str] = set()
+    for base in cls.__mro__:
+        init = base.__dict__.get("__init__")
+        if init is None or base is object:
+            continue
+        takes |= {name for name, parameter in inspect.signature(init).parameters.items()
+                  if name != "self" and parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL)}
+    for key in sorted(set(params) - {"_target_"} - takes):
+        raise UserError(f"{group}.{key}={params[key]!r} is not a setting of {params['_target_']}: nothing reads it; "
+                        f"expected one of {group}.{'|'.join(sorted(takes | set(labels)))}")

@@ -6,8 +6,6 @@ so a typo costs seconds, not a model load (or an hour of generation) followed by
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import math
 import re
 from functools import cache
@@ -155,30 +153,12 @@ def check_group_keys(cfg: Mapping[str, Any]) -> None:
         present, node = _lookup(cfg, group)
         if not present or not isinstance(node, Mapping):
             continue
-        allowed = group_keys(group) | constructor_keys(node.get("_target_"))
+        if "_target_" in node:  # its class says what it takes, where it is built (compose.build_object)
+            continue
+        allowed = group_keys(group)
         for key in sorted(set(node) - allowed):
             raise UserError(f"{group}.{key}={node[key]!r} is not a setting: nothing reads it; expected one of "
                             f"{group}.{'|'.join(sorted(allowed))}")
-
-
-def constructor_keys(target: Any) -> frozenset[str]:
-    """What the ``_target_`` class takes by name, up its bases (a data set or estimator from the user's own module
-    and YAML has settings no YAML under ``conf/`` names); none for a target that does not import, which is
-    refused in one line where the object is built."""
-    if not isinstance(target, str) or "." not in target:
-        return frozenset()
-    module, _, name = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return frozenset()
-    keys: set[str] = set()
-    for base in getattr(cls, "__mro__", (cls,)):
-        init = base.__dict__.get("__init__")
-        if init is not None and base is not object:
-            keys |= {n for n, p in inspect.signature(init).parameters.items()
-                     if n != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
-    return frozenset(keys)
 
 
 def check_values(cfg: Mapping[str, Any]) -> None:

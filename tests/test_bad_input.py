@@ -276,6 +276,9 @@ CASES = [
          "has no batches to share; expected llm.records without llm.shards / llm.shard"),
     Case("a typo inside a group", lambda p: [*p.fresh(), DATA, "+prompt.demo_pol=all"],
          "prompt.demo_pol='all' is not a setting: nothing reads it; expected one of prompt.chat_template|"),
+    Case("a typo inside a group its _target_ class reads", lambda p: [*p.fresh(), DATA, "+dataset.max_api=3"],
+         "dataset.max_api=3 is not a setting of mice_exp.data.ste.Ste: nothing reads it; expected one of "
+         "dataset.apis|"),
     Case("hydra/launcher=slurm without -m", lambda p: ["hydra/launcher=slurm", *p.fresh(), DATA],
          "hydra/launcher=slurm launches the jobs of a sweep, and without -m this is one run"),
     *(Case(f"-m hydra/launcher={name} without a Slurm client",
