@@ -76,13 +76,12 @@ def plain_forward(llm: Any, rows: Sequence[Sequence[int]]) -> None:
                   position_ids=(mask.cumsum(1) - 1).clamp(min=0).to(llm.device), use_cache=False, logits_to_keep=1)
 
 
-def own_call(fmt: Any, decision: Any, gold: dict) -> dict:
+def own_call(decision: Any, gold: dict) -> dict:
     """The gate's own call as a host would hand it back (its argument JSON as written), or ``gold`` where the
     gate made none."""
     if decision.call is None:
         return gold
-    lo, hi = fmt.spans(decision.text).args
-    return {"type": "function", "function": {"name": decision.call.name, "arguments": decision.text[lo:hi]}}
+    return {"type": "function", "function": {"name": decision.call.name, "arguments": decision.call.arguments_json}}
 
 
 def summary(name: str, latencies: list[float], wall: float) -> dict[str, float]:
@@ -112,7 +111,7 @@ def main() -> None:
         lat, wall = timed(lambda b: decisions.extend(gate.check_batch([(m, t) for m, t, _ in b])), items, size)
         results.setdefault(mode, {})["check"] = summary("check", lat, wall)
         fmt, tokenizer = gate.builder().fmt, gate.llm().tokenizer
-        scored = [(m, t, own_call(fmt, d, gold)) for (m, t, gold), d in zip(items, decisions)]
+        scored = [(m, t, own_call(d, gold)) for (m, t, gold), d in zip(items, decisions)]
         lat, wall = timed(gate.score_batch, scored, size)
         results[mode]["score"] = summary("score", lat, wall)
         prompts, _ = gate._prompts(gate._chat_examples([(m, t) for m, t, _ in scored]))

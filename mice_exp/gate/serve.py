@@ -62,6 +62,7 @@ from starlette.requests import ClientDisconnect
 from mice_exp.errors import UserError
 from mice_exp.gate.chat import Call, Decision, InvalidRequest, chat_example, check_tau, check_tools, read_call
 from mice_exp.gate.gate import Gate
+from mice_exp.llm.memory import trim_heap
 
 HOST = "127.0.0.1"  # no authentication: loopback only
 #: What the server does with a call at or below the threshold.
@@ -282,11 +283,13 @@ class Busy(Exception):
 class Batcher:
     """Requests waiting for the LLM, run together: whatever waits when the LLM frees up (up to ``batch_size``)
     goes to ``run`` as one batch, on ``executor`` (one thread: one batch at a time on the LLM). ``run`` returns,
-    per item, its result or the exception that refuses it."""
+    per item, its result or the exception that refuses it. ``idle`` runs on the executor whenever the queue
+    drains (the server hands the heap's free pages back then: :func:`mice_exp.llm.memory.trim_heap`)."""
 
     def __init__(self, run: Callable[[list[Any]], list[Any]], executor: ThreadPoolExecutor, max_queue: int,
-                 batch_size: int) -> None:
+                 batch_size: int, idle: Callable[[], Any] | None = None) -> None:
         self.run, self.executor, self.max_queue, self.batch_size = run, executor, max_queue, batch_size
+        self.idle = idle
         self.pending = 0  # requests waiting or running
         self._waiting: list[tuple[Any, asyncio.Future]] = []
         self._wake: asyncio.Event | None = None
@@ -330,6 +333,8 @@ class Batcher:
                 for (_, future), result in zip(batch, results):
                     if not future.done():
                         (future.set_exception if isinstance(result, BaseException) else future.set_result)(result)
+            if self.idle is not None:
+                await loop.run_in_executor(self.executor, self.idle)
 
 
 def _each(run: Callable[[list[Any]], list[Any]], items: list[Any]) -> list[Any]:
@@ -361,8 +366,9 @@ class ChatService:
         self.schemas = gate.prompt_cfg.get("tools", "text") == "schemas"
         size = int(batch_size or gate.llm_cfg["batch_size"])
         executor = ThreadPoolExecutor(1, thread_name_prefix="gate")  # the LLM runs one batch at a time
-        self.chats = Batcher(lambda items: _each(self._check, items), executor, max_queue, size)
-        self.judged = Batcher(lambda items: _each(self._score, items), executor, max_queue, size)
+        # the LLM keeps what its forwards free (keep_freed_memory: faster batches back to back); idle, it is handed back
+        self.chats = Batcher(lambda items: _each(self._check, items), executor, max_queue, size, idle=trim_heap)
+        self.judged = Batcher(lambda items: _each(self._score, items), executor, max_queue, size, idle=trim_heap)
 
     @property
     def pending(self) -> int:

@@ -45,3 +45,16 @@ def _set_mallopt(settings: dict[int, int]) -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return all(mallopt(param, value) == 1 for param, value in settings.items())
+
+
+def trim_heap() -> bool:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim(0)``): what :func:`keep_freed_memory`
+    keeps, and the holes that tensors of many sizes leave, both otherwise held until the process exits.
+    Returns whether it ran (glibc only)."""
+    try:
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return False
+    malloc_trim.argtypes, malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    malloc_trim(0)
+    return True
