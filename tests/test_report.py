@@ -28,6 +28,9 @@ from mice_exp.tracking.sweeps import (
 
 EXPERIMENT = "mice_exp"
 SWEEP = "multirun/2025-01-01/00-00-00"
+#: Bootstrap resamples of the reports built here: their intervals are checked for shape, not width (the published
+#: 200 / 1000 cost minutes of smECE under 13 runs).
+QUICK = 20
 M = tables.METRICS
 
 # Paper Table 1: smECE, Low, Medium, High, AUC
@@ -180,7 +183,7 @@ def filled(template, tmp_path_factory):
 @pytest.fixture(scope="module")
 def report(filled):
     store, _ = filled
-    return command.build_report(store.client, EXPERIMENT)
+    return command.build_report(store.client, EXPERIMENT, resamples=QUICK)
 
 
 @pytest.fixture
@@ -417,9 +420,10 @@ def test_loao_comparison_pairs_holdout_with_zeroshot(report):
 def test_report_command_logs_a_report_run_and_writes_the_folder(filled, tmp_path, monkeypatch, capsys):
     store, _ = filled  # the report and parent runs added here are not jobs: other tests still see 13
     monkeypatch.setattr(command, "project_root", lambda: store.root)
-    command.report(["--tracking-uri", store.uri, "--preset", "table1"])
+    command.report(["--tracking-uri", store.uri, "--preset", "table1", "--resamples", str(QUICK)])
     out = store.root / "experiments" / "table1"
     assert (out / "results.md").read_text().startswith("# mice_exp results")
+    assert f"95% paired bootstrap interval ({QUICK} resamples of the test calls" in (out / "results.md").read_text()
     assert (out / LOAO_FILE).is_file()
     runs = store.client.search_runs([store.experiment_id], "tags.report = 'true'")
     assert len(runs) == 1 and runs[0].info.run_name == "report" and runs[0].info.status == "FINISHED"
@@ -434,9 +438,10 @@ def test_report_command_logs_a_report_run_and_writes_the_folder(filled, tmp_path
     # a sweep with a parent run: the report goes to the parent, no new report run
     parent = ensure_parent_run({"uri": store.uri, "experiment": EXPERIMENT}, store.root, SWEEP,
                                ["llm=llama3_1_8b_instruct", "estimator=mice_rf,mice_lr"])
-    command.report(["--tracking-uri", store.uri, "--sweep", SWEEP, "--no-log"])
+    command.report(["--tracking-uri", store.uri, "--sweep", SWEEP, "--no-log", "--resamples", str(QUICK)])
     assert len(store.client.search_runs([store.experiment_id], "tags.report = 'true'")) == 1
-    command.report(["--tracking-uri", store.uri, "--sweep", SWEEP, "--out", str(tmp_path / "out")])
+    command.report(["--tracking-uri", store.uri, "--sweep", SWEEP, "--out", str(tmp_path / "out"),
+                    "--resamples", str(QUICK)])
     assert len(store.client.search_runs([store.experiment_id], "tags.report = 'true'")) == 1
     logged = {a.path for a in store.client.list_artifacts(parent, "report")}
     assert "report/results.md" in logged and "report/etcu_ste_llama3_1_8b_instruct.png" in logged
@@ -466,7 +471,8 @@ def test_a_forced_report_clears_the_earlier_reports_figures_and_names_every_file
     out.mkdir()
     for name in ("results.md", "etcu_ste_gemma3_270m.png", "README.md"):
         (out / name).write_text("an earlier report's\n")
-    command.report(["--tracking-uri", store.uri, "--sweep", SWEEP, "--no-log", "--out", "old", "--force"])
+    command.report(["--tracking-uri", store.uri, "--sweep", SWEEP, "--no-log", "--out", "old", "--force",
+                    "--resamples", str(QUICK)])
     assert "removed the earlier report's etcu_ste_gemma3_270m.png" in capsys.readouterr().out
     assert not (out / "etcu_ste_gemma3_270m.png").exists() and (out / "README.md").read_text() == "an earlier report's\n"
     written = sorted(p.name for p in out.iterdir() if p.name != "README.md")
@@ -479,6 +485,8 @@ def test_report_arguments_are_checked(fresh, monkeypatch):
         command.report(["--preset", "a", "--out", "b"])
     with pytest.raises(UserError, match="expected a folder name"):
         command.output_folder(command.parse_args(["--preset", "../x"]), Path("/r"))
+    with pytest.raises(UserError, match="--resamples 1; expected at least 2 bootstrap resamples"):
+        command.parse_args(["--resamples", "1"])
     assert command.output_folder(command.parse_args(["--preset", "t1"]), Path("/r")) == Path("/r/experiments/t1")
     with pytest.raises(UserError, match="no FINISHED run with estimation metrics in experiment 'mice_exp'"):
         command.report(["--tracking-uri", fresh.uri, "--no-log"])

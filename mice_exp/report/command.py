@@ -44,6 +44,7 @@ from mice_exp.report.collect import (
 )
 from mice_exp.report.extras import FITS_FILE, Section, extra_sections
 from mice_exp.report.intervals import add_intervals
+from mice_exp.report.paper_terms import RESAMPLES as PAPER_RESAMPLES
 from mice_exp.report.paper_terms import long_predictions, paper_terms, paper_terms_markdown
 from mice_exp.report.selective import selective_markdown, selective_table
 from mice_exp.tracking.dashboard import run_link
@@ -82,6 +83,7 @@ class Report:
     n_jobs: int = 0  # FINISHED job runs read (tables and extra sections)
     paper_terms: pd.DataFrame = field(default_factory=pd.DataFrame)  # gains over raw / NWKR, euro, accuracy
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)  # long: one line per (table, row, call)
+    resamples: int = PAPER_RESAMPLES  # the bootstrap resamples behind paper_terms' intervals
 
     @property
     def csv(self) -> pd.DataFrame:
@@ -104,7 +106,7 @@ class Report:
         if not self.selective.empty:
             parts.append(selective_markdown(self.selective))
         if not self.paper_terms.empty:
-            parts.append(paper_terms_markdown(self.paper_terms, self.table1))
+            parts.append(paper_terms_markdown(self.paper_terms, self.table1, self.resamples))
         etcu = [name for name in self.figures if name != plots.LOAO_FILE]
         if etcu or plots.LOAO_FILE in self.figures:
             parts.append("## Figures")
@@ -141,8 +143,9 @@ class Report:
 
 
 def build_report(client, experiment: str | None = DEFAULT_EXPERIMENT, sweep: str | None = None,
-                 features: str | None = None, with_figures: bool = True) -> Report:
-    """Collect the runs (``experiment=None``: every experiment) and build tables and figures."""
+                 features: str | None = None, with_figures: bool = True, resamples: int | None = None) -> Report:
+    """Collect the runs (``experiment=None``: every experiment) and build tables and figures; ``resamples``: the
+    bootstrap's, for every interval and gain (default: the published 200 and 1000)."""
     if sweep is not None:
         sweep = sweep.rstrip("/") or sweep
     ids = experiment_ids(client, experiment)
@@ -162,10 +165,12 @@ def build_report(client, experiment: str | None = DEFAULT_EXPERIMENT, sweep: str
     if with_figures:
         with Predictions(client) as predictions:
             report.figures.update(plots.etcu_figures(table, predictions))
-            report.table1 = add_intervals(report.table1, predictions)
+            intervals = {} if resamples is None else {"n_resamples": resamples}
+            report.resamples = resamples or PAPER_RESAMPLES
+            report.table1 = add_intervals(report.table1, predictions, **intervals)
             report.predictions = long_predictions(pd.concat([report.table1, report.ablation]), predictions)
-            report.paper_terms = paper_terms(report.predictions)
-            report.ablation = add_intervals(report.ablation, predictions)
+            report.paper_terms = paper_terms(report.predictions, report.resamples)
+            report.ablation = add_intervals(report.ablation, predictions, **intervals)
         panels = plots.loao_pairs(table)
         if panels:
             report.figures[plots.LOAO_FILE] = plots.loao_comparison(panels)
@@ -231,7 +236,7 @@ def report(argv: Sequence[str]) -> None:
     uri = tracking_uri({"uri": args.tracking_uri}, root)
     client = open_client(uri)
     experiment = args.experiment or (None if args.sweep else DEFAULT_EXPERIMENT)
-    result = build_report(client, experiment, args.sweep, args.features)
+    result = build_report(client, experiment, args.sweep, args.features, resamples=args.resamples)
     with tempfile.TemporaryDirectory(prefix="mice_exp_report_") as tmp:
         staged = result.write(Path(tmp))
         if not args.no_log:

@@ -138,7 +138,7 @@ def _gain_cell(entry: Mapping[str, float], name: str) -> str:
     return f"{entry[name]:+.3f} [{entry[f'{name}_lo']:+.3f}, {entry[f'{name}_hi']:+.3f}]"
 
 
-def paper_terms_markdown(frame: pd.DataFrame, table: pd.DataFrame) -> str:
+def paper_terms_markdown(frame: pd.DataFrame, table: pd.DataFrame, n_resamples: int = RESAMPLES) -> str:
     """The section: our rows' gains with intervals, each LLM's accuracy beside the paper's implied ones,
     and the paper's own gains."""
     if frame.empty:
@@ -146,7 +146,7 @@ def paper_terms_markdown(frame: pd.DataFrame, table: pd.DataFrame) -> str:
     parts = ["## On the paper's terms: gains over raw confidence and NWKR, euro, base accuracy",
              "AUC-ETCU grows with the LLM's base accuracy, so absolute values compare tasks, not estimators; "
              "compare estimators by their gains within a setup. Gain: smECE reference - row, AUC-ETCU row - "
-             f"reference (positive = better), with a 95% paired bootstrap interval ({RESAMPLES} resamples of the "
+             f"reference (positive = better), with a 95% paired bootstrap interval ({n_resamples} resamples of the "
              "test calls, both rows scored on each). auc-euro: ACUTE's utility over the oracle's, mean over "
              "the AUC-ETCU risk grid."]
     for (dataset, llm), block in frame.groupby(["dataset", "llm"], sort=True):
