@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import skops.io as sio
@@ -120,3 +124,22 @@ def test_the_bertscore_encoder_is_loaded_once_per_process(monkeypatch):
         assert bertscore.make_scorer(encoder | {"num_layers": 5}) is not first and len(loads) == 2
     finally:
         bertscore._scorer.cache_clear()
+
+
+BERTSCORE_IN_A_FRESH_PROCESS = """
+import gzip, hashlib, json
+from mice_exp.features.bertscore import bertscore_matrix
+with gzip.open("experiments/records/ste-gemma3_270m.jsonl.gz", "rt") as handle:
+    calls = [r for r in map(json.loads, handle) if "layer_strings" in r][:32]
+print(hashlib.sha256(bertscore_matrix(calls, {"num_layers": 6, "batch_size": 64}).tobytes()).hexdigest())
+"""
+
+
+def test_bertscores_are_the_same_bits_whatever_the_process_s_hash_seed():
+    """bert-score orders ties among a call's sentences by a set's (hash-seeded) order; the batches, and so the
+    scores' last bits, moved with it from run to run (enough to move a random forest's Table 1 cells)."""
+    digests = {subprocess.run([sys.executable, "-c", BERTSCORE_IN_A_FRESH_PROCESS], cwd=PACKAGE_ROOT, check=True,
+                              capture_output=True, text=True,
+                              env=os.environ | {"PYTHONHASHSEED": seed, "OMP_NUM_THREADS": "1"}).stdout.split()[-1]
+               for seed in ("1", "2")}
+    assert len(digests) == 1

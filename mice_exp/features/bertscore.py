@@ -40,10 +40,20 @@ def make_scorer(encoder: Mapping[str, Any]) -> Any:
                    int(encoder.get("batch_size", 64)), str(encoder.get("device", "cpu")))
 
 
+def _ties_by_text(items: Any, key: Any = None, reverse: bool = False) -> list:
+    """``sorted`` for bert-score's module: its one call orders the deduplicated sentences of a call by word
+    count, ties in the order of a ``set`` of strings, which Python's per-process hash seed shuffles; so the
+    encoder's batches, their padded widths and the scores' last bits (~1e-7, enough to flip a random forest's
+    split) changed from run to run. Ties are put in the order of their text first (the sort is stable)."""
+    return sorted(sorted(items), key=key, reverse=reverse)
+
+
 @functools.lru_cache(maxsize=4)
 def _scorer(model: str, num_layers: int, batch_size: int, device: str) -> Any:
+    import bert_score.utils
     from bert_score import BERTScorer
 
+    bert_score.utils.sorted = _ties_by_text  # the module's own name lookup finds it before the builtin
     scorer = BERTScorer(model_type=model, num_layers=num_layers, batch_size=batch_size, device=device)
     scorer._tokenizer = _SpecialTokens(scorer._tokenizer)
     return scorer
