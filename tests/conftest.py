@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from mice_exp.paths import PACKAGE_ROOT
+from mice_exp.paths import PACKAGE_ROOT, Paths
 
 CONF = PACKAGE_ROOT / "conf"
 MODELS_CACHE = PACKAGE_ROOT / ".cache" / "models"
@@ -24,6 +24,16 @@ def no_log_handler_on_a_closed_stream():
         for handler in list(getattr(logger, "handlers", ())):
             if getattr(getattr(handler, "stream", None), "closed", False):
                 logger.removeHandler(handler)
+
+
+@pytest.fixture(autouse=True)
+def models_converted_once(monkeypatch):
+    """Every ``Paths`` of a test, whatever its fresh ``paths.cache``, keeps converted models in the project's
+    ``.cache/models``: converting SmolLM2's packaged GGUF (tiny_random's tokenizer) costs 30-90 s, and a test
+    that builds its stage on a tmp cache converted it again. The conversion itself is tested on its own folder
+    (``test_bad_input.test_a_gguf_conversion_says_so_before_it_starts``); a ``mice-exp`` subprocess shares it
+    through :func:`cache_sharing_models`."""
+    monkeypatch.setattr(Paths, "models", property(lambda self: MODELS_CACHE))
 
 
 def cache_sharing_models(folder: Path) -> Path:
