@@ -8,6 +8,7 @@ read back by the openai client's response type, and end to end on SmolLM2 in the
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import threading
@@ -22,7 +23,7 @@ from openai.types.chat import ChatCompletion
 
 from mice_exp.data.ste import SHARED_RELATIVE_PATH
 from mice_exp.gate import Gate
-from mice_exp.gate.serve import completion, open_server
+from mice_exp.gate.serve import Batcher, completion, open_server
 from mice_exp.paths import PACKAGE_ROOT
 from tests.test_gate import PARSED, WEATHER, ask, copy_gate, fitted  # noqa: F401 - fitted: the module's gate
 
@@ -495,3 +496,32 @@ def test_a_smollm2_gate_executes_its_call_at_tau_0_and_holds_it_at_tau_1(tmp_pat
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_batcher_runs_its_idle_hook_on_the_llm_s_thread_once_the_queue_drains():
+    """What mice-exp serve hands the heap's free pages back in (trim_heap): after the last waiting batch, on the
+    one thread the LLM runs on, so never beside a batch."""
+    threads, events = [], []
+
+    def run(items: list[int]) -> list[int]:
+        threads.append(threading.current_thread().name)
+        events.append(("batch", tuple(items)))
+        return [i * 10 for i in items]
+
+    def idle() -> None:
+        threads.append(threading.current_thread().name)
+        events.append(("idle",))
+
+    async def main() -> list[int]:
+        batcher = Batcher(run, ThreadPoolExecutor(1, thread_name_prefix="llm"), max_queue=8, batch_size=2, idle=idle)
+        loop = asyncio.create_task(batcher.serve())
+        await asyncio.sleep(0)
+        results = await asyncio.gather(*(batcher.submit(i) for i in range(3)))
+        await asyncio.sleep(0.1)
+        loop.cancel()
+        return results
+
+    assert asyncio.run(main()) == [0, 10, 20]
+    assert events == [("batch", (0, 1)), ("batch", (2,)), ("idle",)]
+    assert set(threads) == {"llm_0"}
+
