@@ -75,12 +75,12 @@ class Pipeline:
         keep only the ``baselines`` it reads (so the params, the config hash and the saved config describe what
         ran), pin ``llm.dtype=auto``, build every object once, then check the built objects against each other
         (:meth:`check`); ``llm``: a backend the caller already holds (tests, a gate's)."""
+        cfg = as_plain(cfg)
+        check_config(cfg)  # a bad value is refused before the seconds of imports below
         from mice_exp.estimation import Study  # loads sklearn, joblib
         from mice_exp.features import make_view  # loads sklearn
         from mice_exp.protocols import make_protocol  # loads matplotlib, sklearn
 
-        cfg = as_plain(cfg)
-        check_config(cfg)
         named = [*cfg["compare_with"], *(cfg["protocol"].get("estimators") or [])]
         baselines = cfg.get("baselines") or {}
         llm_cfg = cfg["llm"]

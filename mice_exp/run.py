@@ -50,8 +50,6 @@ def run_shard(pipeline: Pipeline) -> dict[str, Any]:
 
 def run(cfg: DictConfig | dict) -> dict[str, Any]:
     """Run the configured pipeline and return its metrics (``objective``: the estimator's AUC-ETCU)."""
-    from mice_exp.job import log_outcome, log_stage  # loads sklearn, pandas
-
     pipeline = Pipeline.from_config(cfg)
     check_cache(pipeline.paths.cache)
     if pipeline.stage.llm.get("shard") is not None:
@@ -63,6 +61,8 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
         print(f"skipping: MLflow run {done} already FINISHED with this resolved config (force=true re-runs it)")
         return {"run_id": done, "skipped": True}
     pipeline.check_inputs()
+    from mice_exp.job import log_outcome, log_stage  # loads sklearn, pandas: seconds a refusal above need not wait
+
     with pipeline.tracked_run(tags) as tracker:
         output = pipeline.stage_output()
         result = log_stage(pipeline, output, tracker)
