@@ -43,10 +43,10 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average at start {os.getloadavg()}; {os.cpu_count()} cores")
     gate = Gate.load(Path(args.gate))
-    items = requests(args.apis, None)
-    items = [items[n % len(items)] for n in range(args.requests)]
-    print(f"gate {gate.describe()}; {args.requests} requests ({args.mode}, idle trim {args.idle_trim}) over {len(set(map(id, items)))} "
-          f"queries of the first {args.apis} STE APIs")
+    queries = requests(args.apis, None)
+    items = [queries[n % len(queries)] for n in range(args.requests)]
+    print(f"gate {gate.describe()}; {args.requests} requests ({args.mode}, idle trim {args.idle_trim}) over "
+          f"{min(args.requests, len(queries))} queries of the first {args.apis} STE APIs")
     worker = ThreadPoolExecutor(1, thread_name_prefix="gate")  # as mice-exp serve runs batches
     start = time.perf_counter()
     for n, (messages, tools, gold) in enumerate(items, start=1):

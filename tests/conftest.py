@@ -37,7 +37,8 @@ def models_converted_once(monkeypatch):
 
 
 def cache_sharing_models(folder: Path) -> Path:
-    """A fresh cache folder whose models/ is the project's, so the tokenizer is converted once for all tests."""
+    """A fresh cache folder whose models/ is the project's, so a ``mice-exp`` subprocess on it converts no model
+    again (in this process every ``Paths`` shares them already: :func:`models_converted_once`)."""
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "models").exists():
         MODELS_CACHE.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,6 @@ import sys
 from typing import Any
 
 import pytest
-from conftest import cache_sharing_models
 from mlflow import MlflowClient
 
 from mice_exp.compose import compose_config
@@ -20,7 +19,7 @@ FIXTURE = PACKAGE_ROOT / "tests" / "fixtures" / "ste_tiny.json"
 
 def overrides(tmp_path) -> list[str]:
     return ["llm=tiny_random", f"dataset.path={FIXTURE}", "llm.batch_size=3", "llm.max_new_tokens=6",
-            "prompt.k_demos=2", f"paths.cache={cache_sharing_models(tmp_path / 'cache')}", "permutations=50",
+            "prompt.k_demos=2", f"paths.cache={tmp_path / 'cache'}", "permutations=50",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "estimator=mice_lr"]
 
 

@@ -43,6 +43,7 @@ from mice_exp.report.collect import (
     to_record,
 )
 from mice_exp.report.extras import FITS_FILE, Section, extra_sections
+from mice_exp.report.intervals import RESAMPLES as INTERVAL_RESAMPLES
 from mice_exp.report.intervals import add_intervals
 from mice_exp.report.paper_terms import RESAMPLES as PAPER_RESAMPLES
 from mice_exp.report.paper_terms import long_predictions, paper_terms, paper_terms_markdown
@@ -165,12 +166,12 @@ def build_report(client, experiment: str | None = DEFAULT_EXPERIMENT, sweep: str
     if with_figures:
         with Predictions(client) as predictions:
             report.figures.update(plots.etcu_figures(table, predictions))
-            intervals = {} if resamples is None else {"n_resamples": resamples}
-            report.resamples = resamples or PAPER_RESAMPLES
-            report.table1 = add_intervals(report.table1, predictions, **intervals)
+            tables_resamples = INTERVAL_RESAMPLES if resamples is None else resamples
+            report.resamples = PAPER_RESAMPLES if resamples is None else resamples
+            report.table1 = add_intervals(report.table1, predictions, tables_resamples)
             report.predictions = long_predictions(pd.concat([report.table1, report.ablation]), predictions)
             report.paper_terms = paper_terms(report.predictions, report.resamples)
-            report.ablation = add_intervals(report.ablation, predictions, **intervals)
+            report.ablation = add_intervals(report.ablation, predictions, tables_resamples)
         panels = plots.loao_pairs(table)
         if panels:
             report.figures[plots.LOAO_FILE] = plots.loao_comparison(panels)
