@@ -284,10 +284,23 @@ def test_a_mice_random_forest_saves_as_a_few_arrays_and_comes_back_bit_for_bit()
     assert isinstance(forest.model_, RandomForestClassifier)  # saving left the fitted forest as it was
 
 
+def test_a_mice_random_forest_predicts_sklearns_probabilities_bit_for_bit_walking_all_trees_at_once() -> None:
+    """Prediction walks every tree at once in numpy (one row in ~2 ms, where sklearn's loop over 1000 trees took
+    0.14-0.35 s per gate request), adding the trees' probabilities in sklearn's own order; features exactly on a
+    split's threshold go where sklearn sends them (float32 features against float64 thresholds)."""
+    X, y = toy_data(n=300, n_features=12)
+    forest = MiceRandomForest(n_estimators=200, n_jobs=1).fit(X, y)
+    trees = forest.model_.estimators_
+    on_edges = np.array([[t.tree_.threshold[0] if t.tree_.feature[0] == j else 0.5 for j in range(12)]
+                         for t in trees[:20]])
+    for rows in (X, X[:1], on_edges, X.astype(np.float32).astype(np.float64) + 1e-9):
+        np.testing.assert_array_equal(forest.predict_proba(rows)[:, 1], forest.model_.predict_proba(rows)[:, 1])
+
+
 def test_a_forest_saved_before_packing_still_loads() -> None:
     X, y = toy_data(n=60, n_features=6)
     forest = MiceRandomForest(n_estimators=5, n_jobs=1).fit(X, y)
-    old_state = dict(vars(forest))  # what __getstate__ returned before forests were packed
+    old_state = {k: v for k, v in vars(forest).items() if k != "walk_"}  # __getstate__ before packing
     back = MiceRandomForest.__new__(MiceRandomForest)
     back.__setstate__(old_state)
     np.testing.assert_array_equal(back.predict_proba(X), forest.predict_proba(X))
