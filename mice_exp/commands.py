@@ -19,6 +19,7 @@ USAGE = """usage: mice-exp [-m] [key=value ...]         run the configured exper
        mice-exp serve model=... [port=8000]     the gate as an OpenAI-compatible endpoint on 127.0.0.1
        mice-exp report [--sweep DIR] [...]      paper tables and figures from the finished MLflow runs
        mice-exp records [output=FILE] [...]     publish the LLM stage as a records file (llm.records=FILE)
+       mice-exp mcq [template=plain|chat] [...] each candidate answer's log-likelihood (dataset=when2call)
        mice-exp ui [key=value ...]              the MLflow runs table (link printed, local store served)
 
 Each subcommand takes -h / --help. Config groups and their options (llm=, dataset=, features=,
@@ -35,6 +36,12 @@ RECORDS_USAGE = ("usage: mice-exp records [output=FILE] [hydra overrides]\n"
                  "it runs worker i of the stage; the worker that completes the stage writes the file.\n"
                  "With actor=FILE (another LLM's records) it writes the configured LLM's judgement of those calls\n"
                  "(each teacher-forced as the reply to its own prompt), by default FILE-judged-by-<llm>.jsonl.gz")
+
+MCQ_USAGE = ("usage: mice-exp mcq [template=plain|chat] [output=FILE] [hydra overrides]\n"
+             "scores each candidate answer of a multiple-choice data set (dataset=when2call) under the configured\n"
+             "LLM as lm-eval-harness does (summed token log-likelihoods; template=plain: When2Call's task as it is,\n"
+             "chat: with the LLM's chat template) and writes them, by default to\n"
+             "experiments/<dataset>/mcq-<llm>-<template>.json; an interrupted run resumes from its cache")
 
 
 def check_command(argv: Sequence[str]) -> None:
@@ -134,6 +141,25 @@ def records(argv: Sequence[str]) -> None:
     print(f"records: {path} ({path.stat().st_size / 1e6:.2f} MB); rebuild any table with llm.records={path}")
 
 
+def mcq(argv: Sequence[str]) -> None:
+    """``mice-exp mcq [template=...] [output=FILE] [overrides]``: each candidate answer's log-likelihood."""
+    if wants_help(argv):
+        print(MCQ_USAGE)
+        return
+    from mice_exp.pipeline import Pipeline  # loads numpy
+
+    own = ("output=", "template=")
+    outputs = [a.split("=", 1)[1] for a in argv if a.startswith("output=")]
+    template = ([a.split("=", 1)[1] for a in argv if a.startswith("template=")] or ["plain"])[-1]
+    pipeline = Pipeline.from_config(compose_config([a for a in argv if not a.startswith(own)]))
+    from mice_exp.llm.choices import default_path, write_mcq  # loads torch, transformers
+
+    path = writable_file(outputs[-1] if outputs else default_path(pipeline.stage, template), Path.cwd(), "output",
+                         force=pipeline.force)
+    count = write_mcq(pipeline.stage, template, path)
+    print(f"mcq: {path}: {count} items scored; tables with python experiments/when2call/tables.py")
+
+
 def ui(argv: Sequence[str]) -> None:
     """``mice-exp ui [overrides]``: print the link to the runs table in the Table-1 view, then serve the
     local store on 127.0.0.1:5000 (a tracking server already has its UI: only the link is printed)."""
@@ -158,4 +184,5 @@ def ui(argv: Sequence[str]) -> None:
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect, "report": report, "gate": gate,
-                                                        "serve": serve, "records": records, "ui": ui}
+                                                        "serve": serve, "records": records, "mcq": mcq,
+                                                        "ui": ui}

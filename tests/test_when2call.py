@@ -6,6 +6,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import tiny_run
@@ -84,3 +85,140 @@ def test_when2call_runs_end_to_end_on_tiny_random(tmp_path):
         if r["api"] != "tool_call" and r["pred_api"] is None:
             assert r["label"] == 1
     assert "objective" in result
+
+
+# -- the multiple-choice protocol (mice-exp mcq), the reply classes and When2Call's metrics --------------------
+
+
+def test_the_mcq_prompt_is_when2call_s_default_task(tmp_path):
+    dataset, selection = when2call(tmp_path)
+    item = next(e for e in selection.examples if e.api == "request_for_info")
+    prompt, choices = dataset.multiple_choice(item)
+    assert prompt.startswith("You are a helpful AI assistant. \nYou have access to the following tools described in "
+                             "<tool></tool>")
+    assert prompt.endswith(f"</tool>\n\n{item.query}") and prompt.count("<tool>{") == len(item.tool_names)
+    assert list(choices) == ["direct", "tool_call", "request_for_info", "cannot_answer"]
+    assert choices["request_for_info"] == item.gold["answers"]["request_for_info"]
+
+
+def test_a_trailing_space_of_the_context_moves_to_the_answer_as_lm_eval_does(tokenizer):
+    from mice_exp.llm.choices import encode_pair
+
+    head, answer = encode_pair(tokenizer, "The capital of France is ", "Paris")
+    assert tokenizer.decode(head) == "The capital of France is"
+    assert tokenizer.decode(answer) == " Paris" and answer == tokenizer.encode(" Paris")
+
+
+def slow_logliks(llm, context: str, choices: dict[str, str]) -> dict[str, float]:
+    """Each answer scored the slow way: its own full forward over context + answer, no cache, no batch."""
+    import torch
+
+    from mice_exp.llm.choices import encode_pair
+
+    out = {}
+    for name, text in choices.items():
+        head, answer = encode_pair(llm.tokenizer, context, text)
+        with torch.inference_mode():
+            logits = llm.model(input_ids=torch.tensor([head + answer])).logits[0]
+        logp = torch.log_softmax(logits.float(), -1)[len(head) - 1:-1]
+        out[name] = float(logp.gather(1, torch.tensor(answer)[:, None]).sum())
+    return out
+
+
+def test_one_prefill_scores_the_four_answers_as_four_separate_forwards_do(tmp_path, tiny_llm):
+    import numpy as np
+
+    from mice_exp.llm.choices import score_item
+    from mice_exp.metrics.choices import choice_scores
+
+    dataset, selection = when2call(tmp_path)
+    for item in {e.api: e for e in selection.examples}.values():  # one item of each class
+        prompt, choices = dataset.multiple_choice(item)
+        fast, slow = score_item(tiny_llm, prompt, choices, "plain"), slow_logliks(tiny_llm, prompt, choices)
+        assert fast["loglik"] == pytest.approx(slow, abs=1e-4)
+        for norm in ("sum", "chars"):  # the same answer chosen either way
+            lengths = [fast["chars"][n] for n in choices]
+            assert (np.argmax(choice_scores([list(fast["loglik"].values())], [lengths], norm))
+                    == np.argmax(choice_scores([list(slow.values())], [lengths], norm)))
+
+
+def test_a_chat_template_is_refused_in_one_line_where_the_tokenizer_has_none():
+    from mice_exp.llm.choices import render
+
+    class Plain:
+        chat_template = None
+
+    assert render(Plain(), "question", "plain") == "question"
+    with pytest.raises(UserError, match="^template=chat: this LLM's tokenizer has no chat template"):
+        render(Plain(), "question", "chat")
+
+
+def test_when2call_s_metrics_on_six_hand_made_items():
+    from mice_exp.metrics.choices import (choice_probability, choice_scores, class_f1, hallucination_rate,
+                                          macro_f1, margin)
+
+    gold = ["tool_call", "tool_call", "request_for_info", "request_for_info", "cannot_answer", "cannot_answer"]
+    pred = ["tool_call", "request_for_info", "request_for_info", "direct", "tool_call", "cannot_answer"]
+    # tool_call: TP 1, FP 1, FN 1 -> 2/4; request_for_info: TP 1, FP 1, FN 1 -> 1/2; cannot_answer: TP 1, FN 1 -> 2/3;
+    # direct: predicted once, never right -> 0
+    assert class_f1(gold, pred) == pytest.approx({"cannot_answer": 2 / 3, "direct": 0.0, "request_for_info": 0.5,
+                                                  "tool_call": 0.5})
+    assert macro_f1(gold, pred) == pytest.approx((2 / 3 + 0 + 0.5 + 0.5) / 4)
+    # the 5th item offers no tool and calls one: 1 of the 1 tool-less cannot_answer items; the 6th offers tools
+    assert hallucination_rate(gold, pred, [1, 1, 2, 2, 0, 3]) == 1.0
+    assert hallucination_rate(gold, pred, [1, 1, 2, 2, 4, 3]) != hallucination_rate(gold, pred, [1, 1, 2, 2, 0, 3])
+    # a long answer loses on its sum and wins per character
+    loglik, chars = [[-10.0, -30.0]], [[10, 60]]
+    assert choice_scores(loglik, chars, "sum").argmax() == 0 and choice_scores(loglik, chars, "chars").argmax() == 1
+    assert choice_probability([[0.0, np.log(3.0)]], 1) == pytest.approx([0.75])
+    assert margin([[-1.0, -3.0, -2.0]], 2) == pytest.approx([-1.0]) and margin([[-1.0, -3.0, -2.0]], 0) == [1.0]
+
+
+@pytest.mark.parametrize(("text", "called", "expected"), [
+    ("Action: get_weather\nAction Input: {}", True, "call"),
+    ("Could you tell me which city you mean?", False, "ask"),
+    ("Please provide the user ID.", False, "ask"),
+    ("I'm sorry, I can't help with that. Is there anything else?", False, "decline"),
+    ("None of the functions can be used for this.", False, "decline"),
+    ("The weather in Paris is sunny.", False, "answer"),
+])
+def test_a_reply_is_classed_by_rules_a_reader_can_check(text, called, expected):
+    from mice_exp.data.when2call import classify_reply
+
+    assert classify_reply(text, called) == expected
+
+
+def test_an_interrupted_mcq_run_resumes_and_the_command_writes_the_file(tmp_path, monkeypatch, capsys):
+    import json
+
+    from conftest import cache_sharing_models
+    from mice_exp import commands
+    from mice_exp.llm import choices
+
+    cache = cache_sharing_models(tmp_path / "cache")
+    argv = ["dataset=when2call", f"dataset.path={TINY}", "llm=tiny_random", "llm.batch_size=4",
+            f"paths.cache={cache}", f"output={tmp_path / 'mcq.json'}"]
+    commands.mcq(argv)
+    first = json.loads((tmp_path / "mcq.json").read_text())
+    assert first["template"] == "plain" and len(first["items"]) == 9 and "9 items scored" in capsys.readouterr().out
+    assert {i["class"] for i in first["items"]} == {"tool_call", "request_for_info", "cannot_answer"}
+    folder = next((cache / "llm").glob("tiny_random-mcq-*"))
+    (folder / "shard-00001.jsonl").unlink()  # as if stopped after the first shard
+
+    scored = []
+    real = choices.score_item
+    monkeypatch.setattr(choices, "score_item", lambda *a: scored.append(a) or real(*a))
+    commands.mcq([*argv, "force=true"])
+    assert len(scored) == 4  # only the lost shard's items
+    assert json.loads((tmp_path / "mcq.json").read_text()) == first
+    with pytest.raises(UserError, match="^template='html'; expected one of plain, chat"):
+        commands.mcq([*argv, "force=true", "template=html"])
+
+    # the experiment's tables from that file: both normalisations, the paper's rows, the call-now confidences
+    import runpy
+
+    tables = runpy.run_path(str(PACKAGE_ROOT / "experiments" / "when2call" / "tables.py"))["main"]
+    text = tables([str(tmp_path / "mcq.json")])
+    assert "| tiny-random-Llama (plain) | sum | 9 |" in text and "| tiny-random-Llama (plain) | chars | 9 |" in text
+    assert "| Qwen 2.5 0.5B Instruct | paper: `sum` F1, acc_norm | 3,652 | 0.535 (acc_norm) | 32.0 | 20.0 |" in text
+    assert "| tiny-random-Llama (plain): MCQ P(tool_call) | all | 9 | 0.333 |" in text  # 3 of the 9 items call

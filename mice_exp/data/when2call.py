@@ -30,6 +30,23 @@ from mice_exp.paths import Paths
 SHARED_RELATIVE_PATH = Path("..") / "shared" / "data" / "when2call" / "when2call_test_llm_judge.jsonl"
 #: When2Call's answer classes; the first is the one where a call is right.
 CLASSES = ("tool_call", "request_for_info", "cannot_answer")
+#: The four candidate answers of every item, in the file's order: the choices' order in When2Call's MCQ task.
+ANSWERS = ("direct", "tool_call", "request_for_info", "cannot_answer")
+#: The prompt of When2Call's default lm-eval-harness task (``evaluation/mcq/lm_eval_harness/when2call/utils.py``,
+#: ``process_docs_default``, NVIDIA/When2Call at ecc8d42, Apache-2.0), kept verbatim (trailing space included).
+MCQ_SYSTEM = ("You are a helpful AI assistant. \nYou have access to the following tools described in <tool></tool> "
+              "which you can use to answer the user's questions.\nOnly use a tool if it directly answers the user's "
+              "question.\n")
+MCQ_TOOL_USE = ('To use a tool, return JSON in the following format:\n{"name": "tool_name", "arguments": '
+                '{"argument1": "value1", "argument2": "value2", ...}}\n')
+#: Reply classes of the generation protocol (:func:`classify_reply`), in When2Call's order.
+REPLY_CLASSES = ("answer", "call", "ask", "decline")
+#: A reply holding one of these declines (checked before asking: "I can't ... anything else?" is a refusal).
+DECLINES = ("unable to", "cannot", "can't", "can not", "not able to", "don't have access", "do not have access",
+            "no function", "no tool", "none of the", "not possible", "i'm sorry", "i am sorry", "apologi")
+#: A reply holding one of these (or a question mark) asks the user for something.
+ASKS = ("?", "please provide", "please specify", "please tell", "could you", "can you provide", "can you tell",
+        "let me know", "i need")
 
 
 class When2CallLabels(Labels):
@@ -76,6 +93,14 @@ class When2Call(When2CallLabels, Dataset):
 
     def conversation(self, example: Example) -> str:
         return example.gold["source_id"]
+
+    def multiple_choice(self, example: Example) -> tuple[str, dict[str, str]]:
+        """The item as When2Call's default MCQ task poses it (``when2call.yaml``: ``doc_to_text: prompt``,
+        ``target_delimiter: ""``): its system text, tool-use instructions, each offered tool verbatim in
+        ``<tool></tool>`` (blank lines between), the question; and the four answers, as they are, to continue it."""
+        tools = "\n\n".join(f"<tool>{tool}</tool>" for tool in example.gold["tool_strings"])
+        prompt = f"{MCQ_SYSTEM}\n{MCQ_TOOL_USE}\n\n{tools}\n\n{example.query}"
+        return prompt, {name: str(example.gold["answers"][name]) for name in ANSWERS}
 
 
 def load_when2call(path: Path, labels: When2CallLabels) -> tuple[list[Example], Counter[str]]:
@@ -126,5 +151,20 @@ def _example(item: dict[str, Any], index: int, labels: When2CallLabels) -> Examp
     return Example(id=f"when2call/{behaviour}/{index}", dataset="when2call", api=behaviour,
                    query=str(item["question"]), tools=json.dumps(functions, indent=4, ensure_ascii=False),
                    tool_names=names, gold={"class": behaviour, "call": call, "answers": item["answers"],
-                                           "source_id": str(item["source_id"])},
+                                           "source_id": str(item["source_id"]), "tool_strings": list(item["tools"])},
                    demo=demo, labels=labels)
+
+
+def classify_reply(text: str, called: bool) -> str:
+    """A generated reply's class, by rules a reader can check: ``call`` where it holds a parsed tool call
+    (the records' ``pred_api``), else ``decline`` where it holds a refusal phrase (:data:`DECLINES`), else ``ask``
+    where it holds a question mark or a request phrase (:data:`ASKS`), else ``answer`` (a direct answer: When2Call
+    counts one as a hallucination on every item of this set). Case-insensitive substring matches."""
+    if called:
+        return "call"
+    lowered = text.lower().replace("\u2019", "'")
+    if any(phrase in lowered for phrase in DECLINES):
+        return "decline"
+    if any(phrase in lowered for phrase in ASKS):
+        return "ask"
+    return "answer"
