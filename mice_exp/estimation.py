@@ -22,7 +22,7 @@ from mice_exp.errors import UserError
 from mice_exp.metrics import ALPHA, PAPER_RISKS, Risk, etcu, evaluate, permutation_test
 from mice_exp.metrics.registry import METRICS, TABLE1, metric, table_metrics
 from mice_exp.needs import Needs
-from mice_exp.tracking.schema import MARKS, action_belief_key, agent_key, pvalue_key
+from mice_exp.tracking.schema import MARKS, action_belief_key, agent_key, pvalue_key, trajectory_key
 
 #: The console table's columns (MICE Table 1's).
 TABLE_METRICS = table_metrics(TABLE1)
@@ -200,3 +200,24 @@ def action_belief(rows: list[Row], acted: np.ndarray, y: np.ndarray) -> tuple[st
         metrics |= {action_belief_key(row.key, f"agree_{n}"): v for n, v in agree.items()}
         lines.append(f"{row.name:<28}{rho:>10.3f}" + "".join(f"{agree[n]:>9.3f}" for n in PAPER_RISKS))
     return "\n".join(lines), metrics
+
+
+def trajectory(rows: list[Row], conversations: Sequence[str], y: np.ndarray) -> tuple[str, dict[str, float]]:
+    """Each row's confidence of whole conversations (the product and the minimum of their test steps'
+    probabilities) against whether every step was right: Brier, log loss, smECE, AUROC
+    (:mod:`mice_exp.metrics.trajectory`)."""
+    from mice_exp.metrics.trajectory import trajectories, trajectory_scores  # loads pandas
+
+    metrics: dict[str, float] = {}
+    head = f"{'Confidence':<28}" + "".join(f"{c:>11}" for c in ("prod Brier", "prod logL", "prod AUROC",
+                                                                 "min Brier", "min logL", "min AUROC"))
+    lines = []
+    for row in rows:
+        scores = trajectory_scores(trajectories(conversations, row.p, y))
+        metrics |= {trajectory_key("", k): scores[k] for k in ("n", "right_rate")}
+        metrics |= {trajectory_key(row.key, k): v for k, v in scores.items() if k not in ("n", "right_rate")}
+        lines.append(f"{row.name:<28}" + "".join(f"{scores[f'{a}_{m}']:>11.3f}" for a in ("product", "min")
+                                                  for m in ("brier", "log_loss", "auroc")))
+    n, rate = int(metrics[trajectory_key("", "n")]), metrics[trajectory_key("", "right_rate")]
+    title = f"Trajectories: {n} test conversations, {rate:.0%} right at every step"
+    return "\n".join([title, head, "-" * len(head), *lines]), metrics

@@ -15,6 +15,7 @@ from mice_exp.data.labels import call_expected, gold_api, is_correct
 from mice_exp.errors import UserError
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.paths import PACKAGE_ROOT, Paths
+from mice_exp.tracking.schema import trajectory_key
 
 
 def steps(tmp_path: Path, *overrides: str):
@@ -82,6 +83,9 @@ def test_bfcl_multi_turn_runs_end_to_end_on_tiny_random(tmp_path):
     result, records = tiny_run(tmp_path, "dataset=bfcl_multi_turn", "dataset.max_conversations=2")
     assert Counter(r["dataset"] for r in records) == {"bfcl_multi_turn": len(records)} and len(records) >= 10
     assert "objective" in result
+    # whole conversations scored too: each record names its conversation, the run logs trajectory scores
+    assert all(r["conversation"] == r["id"].rsplit("/", 2)[0] for r in records)
+    assert result[trajectory_key("", "n")] >= 1 and trajectory_key("raw", "product_brier") in result
 
 
 def test_a_conversation_whose_gold_cannot_be_replayed_is_skipped_and_counted(tmp_path, monkeypatch, caplog):

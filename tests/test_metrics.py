@@ -425,3 +425,21 @@ def test_an_accuracy_interval_is_scipys_wilson_interval(correct: int, total: int
 
     reference = binomtest(correct, total).proportion_ci(confidence_level=0.95, method="wilson")
     assert wilson_interval(correct, total) == pytest.approx((reference.low, reference.high), abs=1e-3)
+
+
+def test_a_conversation_is_as_right_as_its_weakest_step_and_scored_by_proper_rules() -> None:
+    from mice_exp.metrics.trajectory import trajectories, trajectory_scores
+
+    frame = trajectories(["a", "a", "b", "b", "c"], [0.9, 0.8, 0.5, 0.4, 0.2], [1, 1, 1, 0, 0])
+    assert frame["conversation"].tolist() == ["a", "b", "c"] and frame["steps"].tolist() == [2, 2, 1]
+    np.testing.assert_allclose(frame["product"], [0.72, 0.2, 0.2])
+    np.testing.assert_allclose(frame["min"], [0.8, 0.4, 0.2])
+    assert frame["right"].tolist() == [1, 0, 0]
+    scores = trajectory_scores(frame)
+    assert scores["n"] == 3 and scores["right_rate"] == pytest.approx(1 / 3)
+    assert scores["product_brier"] == pytest.approx((0.28 ** 2 + 0.2 ** 2 + 0.2 ** 2) / 3)
+    assert scores["min_log_loss"] == pytest.approx(-(np.log(0.8) + np.log(0.6) + np.log(0.8)) / 3)
+    assert scores["product_auroc"] == 1.0
+    # the base rate is calibrated but resolves nothing: a proper rule ranks it below the confidences that resolve
+    flat = trajectory_scores(frame.assign(product=1 / 3, min=1 / 3))
+    assert flat["product_brier"] > scores["product_brier"] and flat["product_auroc"] == 0.5

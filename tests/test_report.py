@@ -588,6 +588,19 @@ def test_the_report_adds_the_risk_sweep_action_belief_field_and_sample_efficienc
     assert published["auc_etcu"].tolist() == [0.1, 0.2] and set(published["llm"]) == {"Llama3-8B-Instruct"}
 
 
+def test_a_multi_turn_run_gets_its_trajectory_section(fresh):
+    """A run on a multi-turn data set's steps also scores whole conversations; the report shows each confidence."""
+    scores = {f"{a}_{s}": v for a in ("product", "min") for s, v in
+              (("brier", 0.12), ("log_loss", 0.4), ("smece", 0.05), ("auroc", 0.81))}
+    metrics = {"auc_etcu": 0.1, "trajectory.n": 12, "trajectory.right_rate": 0.25,
+               **{f"trajectory.{k}.{name}": v for k in ("raw", "mice_rf") for name, v in scores.items()}}
+    fresh.job("llama3_8b_instruct", "mice_rf", metrics=metrics)
+    text = command.build_report(fresh.client, EXPERIMENT).markdown
+    assert "## Trajectories" in text
+    assert "| Llama3-8B-Instruct | ste | 12 (25% right) | MICE RF | 0.120 | 0.400 | 0.050 | 0.810 |" in text
+    assert "| Raw Confidence |" in text.split("## Trajectories")[1]
+
+
 def test_a_sweep_report_includes_the_runs_its_skipped_jobs_reused(fresh):
     """A preset whose jobs another sweep already ran skips them; its report still shows them."""
     from mice_exp.tracking.sweeps import mark_reused

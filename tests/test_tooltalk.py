@@ -15,6 +15,7 @@ from mice_exp.data.labels import gold_api, is_correct
 from mice_exp.data.tooltalk import arguments
 from mice_exp.errors import UserError
 from mice_exp.paths import PACKAGE_ROOT, Paths
+from mice_exp.tracking.schema import trajectory_key
 
 
 def tooltalk(tmp_path: Path, *overrides: str):
@@ -58,3 +59,6 @@ def test_tooltalk_runs_end_to_end_on_tiny_random(tmp_path):
                                "dataset.max_per_api=2")
     assert Counter(r["dataset"] for r in records) == {"tooltalk": len(records)} and len(records) >= 10
     assert "objective" in result
+    # whole conversations scored too: each record names its conversation, the run logs trajectory scores
+    assert all(r["conversation"] == r["id"].rsplit("/", 2)[0] for r in records)
+    assert result[trajectory_key("", "n")] >= 1 and trajectory_key("raw", "product_brier") in result

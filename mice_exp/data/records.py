@@ -65,7 +65,7 @@ class Example:
     conversation carries the turns before it in ``conversation`` (its last user turn's text is ``query``).
     """
 
-    id: str  # stable, unique: "<dataset>/<api>/<index>"
+    id: str  # stable, unique: "<dataset>/<api>/<index>"; a conversation's step: "<conversation>/<turn>/<step>"
     dataset: str  # the data set's name, as records and reports show it
     api: str
     query: str
@@ -76,6 +76,12 @@ class Example:
     #            a reply with no call); "" when the example cannot serve as one (kept out of the demo pool)
     labels: Labels = field(default=NO_GOLD, compare=False, repr=False)
     conversation: Conversation | None = None  # the turns before this call, where it is a conversation's step
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The conversation a step belongs to (its id less ``/<turn>/<step>``): what whole-trajectory scores group
+        by; None for a single-turn query."""
+        return self.id.rsplit("/", 2)[0] if self.conversation is not None else None
 
     @cached_property
     def schemas(self) -> list[Schema]:

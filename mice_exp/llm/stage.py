@@ -72,7 +72,7 @@ def make_record(example: Example, split: str, prompt: Prompt, gen: Generation, l
         "pred_api": call.api, "pred_args": call.args, "parse_error": call.parse_error,
         "label": int(is_correct(example, call.api, call.args)),
         "layer_strings": lens_text, "lens_ids": gen.lens_ids.tolist(),
-    }
+    } | ({"conversation": example.conversation_id} if example.conversation is not None else {})
 
 
 def shard_arrays(states: Sequence[np.ndarray], store_tokens: bool) -> dict[str, np.ndarray]:

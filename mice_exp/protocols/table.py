@@ -15,7 +15,7 @@ from sklearn.base import clone
 
 from mice_exp.data.splits import loao_folds
 from mice_exp.errors import UserError
-from mice_exp.estimation import action_belief, table
+from mice_exp.estimation import action_belief, table, trajectory
 from mice_exp.protocols.base import FieldRegions, Outcome, Protocol, inputs, take
 from mice_exp.tracking.schema import field_key
 
@@ -62,6 +62,9 @@ class TableProtocol(Protocol):
         outcome = Outcome(rows=rows, text=table(rows, study.heading(self.name, len(y))))
         if "acts" in fs.sources:
             outcome.add(*action_belief(rows, fs.sources["acts"][fs.rows("test")], y))
+        conversations = [r.get("conversation") for r in fs.stage.records] if fs.stage is not None else []
+        if any(conversations):  # steps of multi-turn conversations: also score whole conversations
+            outcome.add(*trajectory(rows, np.array(conversations, dtype=object)[fs.rows("test")], y))
         if hasattr(rows[-1].estimator, "diagnose"):
             diagnose_field(outcome, rows[-1].estimator, fs, study.main.source, study.diagnostics)
         return outcome

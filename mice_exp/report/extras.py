@@ -5,7 +5,8 @@
 * risk sweep: ETCU of every estimator at each ``risk.fp`` of ``risk=custom`` runs;
 * action-belief consistency (Pal et al.): the ``agent.*`` and ``action_belief.*`` metrics;
 * miscalibration field (Kobalczyk & van der Schaar): the ``field.*`` metrics of ``estimator=field`` runs;
-* per-argument confidence: the ``argument.*`` and ``api_name.*`` metrics every STE, jsonl or BFCL run logs.
+* per-argument confidence: the ``argument.*`` and ``api_name.*`` metrics every STE, jsonl or BFCL run logs;
+* trajectories: the ``trajectory.*`` metrics of runs on a multi-turn data set's steps.
 
 Like the rest of the report this reads MLflow only.
 """
@@ -38,7 +39,9 @@ from mice_exp.tracking.schema import (
     field_key,
     parse_action_belief_key,
     parse_baseline_key,
+    parse_trajectory_key,
     span_key,
+    trajectory_key,
 )
 
 
@@ -279,8 +282,35 @@ def argument_confidence(runs: Sequence[Any]) -> Section | None:
     return Section(body, frame.assign(table="arguments"))
 
 
+def trajectories(runs: Sequence[Any]) -> Section | None:
+    """Each confidence's score of whole conversations (product / minimum of its steps) per LLM and data set."""
+    chosen = _latest([r for r in runs if trajectory_key("", "n") in r.data.metrics],
+                     lambda r: (r.data.tags.get("llm"), r.data.tags.get("dataset"), r.data.tags.get("estimator"),
+                                r.data.tags.get("protocol")))
+    if not chosen:
+        return None
+    names, rows = _names(chosen), []
+    for run in chosen:
+        m = run.data.metrics
+        keys = dict.fromkeys(parsed[0] for parsed in map(parse_trajectory_key, m) if parsed)
+        rows += [{"llm": run.data.params.get("llm.display", run.data.tags.get("llm", "")),
+                  "dataset": run.data.tags.get("dataset", ""), "estimator": _name(k, names), "key": k,
+                  "n": m[trajectory_key("", "n")], "right_rate": m[trajectory_key("", "right_rate")],
+                  **{f"{a}_{s}": m.get(trajectory_key(k, f"{a}_{s}"), np.nan) for a in ("product", "min")
+                     for s in ("brier", "log_loss", "smece", "auroc")}, "run_id": run.info.run_id} for k in keys]
+    frame = pd.DataFrame(rows).drop_duplicates(["llm", "dataset", "key"])
+    shown = frame.assign(n=[f"{int(n)} ({r:.0%} right)" for n, r in zip(frame["n"], frame["right_rate"])])
+    header = {"llm": "Model", "dataset": "Data", "n": "test conversations", "estimator": "Confidence",
+              **{f"{a}_{s}": f"{a} {label}" for a in ("product", "min") for s, label in
+                 (("brier", "Brier (↓)"), ("log_loss", "log loss (↓)"), ("smece", "smECE (↓)"), ("auroc", "AUROC (↑)"))}}
+    body = ("## Trajectories\n\nA test conversation's confidence, the product or the minimum of its steps' "
+            "probabilities, against whether every one of its steps was right (each step after the gold history), "
+            "scored by proper rules (Brier, log loss) beside smECE and AUROC.\n\n" + _markdown(shown, header))
+    return Section(body, frame.assign(table="trajectory"))
+
+
 def extra_sections(client, runs: Sequence[Any]) -> list[Section]:
     """Every extra section that ``runs`` (FINISHED, newest first) have results for."""
     found = [argument_confidence(runs), sample_efficiency(client, runs), risk_sweep(runs), action_belief(runs),
-             miscalibration_field(runs)]
+             miscalibration_field(runs), trajectories(runs)]
     return [section for section in found if section is not None]

@@ -21,6 +21,7 @@ BASELINE = "baseline"
 FIELD = "field"
 ACTION_BELIEF = "action_belief"
 AGENT = "agent"
+TRAJECTORY = "trajectory"
 
 
 def baseline_key(estimator: str, metric: str) -> str:
@@ -51,6 +52,17 @@ def action_belief_key(estimator: str, statistic: str) -> str:
 def parse_action_belief_key(name: str) -> tuple[str, str] | None:
     """(estimator, statistic) of an :func:`action_belief_key`, or None."""
     return _per_estimator(ACTION_BELIEF, name)
+
+
+def trajectory_key(estimator: str, statistic: str) -> str:
+    """A multi-turn run's conversation-level score of one confidence: ``trajectory.<estimator>.<product_brier|
+    min_auroc|...>`` (:mod:`mice_exp.metrics.trajectory`); ``trajectory.n`` and ``trajectory.right_rate`` once."""
+    return f"{TRAJECTORY}.{estimator}.{statistic}" if estimator else f"{TRAJECTORY}.{statistic}"
+
+
+def parse_trajectory_key(name: str) -> tuple[str, str] | None:
+    """(estimator, statistic) of a per-estimator :func:`trajectory_key`, or None."""
+    return _per_estimator(TRAJECTORY, name)
 
 
 def _per_estimator(prefix: str, name: str) -> tuple[str, str] | None:
