@@ -214,11 +214,40 @@ def test_an_interrupted_mcq_run_resumes_and_the_command_writes_the_file(tmp_path
     with pytest.raises(UserError, match="^template='html'; expected one of plain, chat"):
         commands.mcq([*argv, "force=true", "template=html"])
 
-    # the experiment's tables from that file: both normalisations, the paper's rows, the call-now confidences
+
+def test_the_experiment_s_tables_from_six_hand_made_items(tmp_path):
+    """experiments/when2call/tables.py on an MCQ file and records written by hand: the numbers follow by hand."""
+    import json
     import runpy
 
-    tables = runpy.run_path(str(PACKAGE_ROOT / "experiments" / "when2call" / "tables.py"))["main"]
-    text = tables([str(tmp_path / "mcq.json")])
-    assert "| tiny-random-Llama (plain) | sum | 9 |" in text and "| tiny-random-Llama (plain) | chars | 9 |" in text
-    assert "| Qwen 2.5 0.5B Instruct | paper: `sum` F1, acc_norm | 3,652 | 0.535 (acc_norm) | 32.0 | 20.0 |" in text
-    assert "| tiny-random-Llama (plain): MCQ P(tool_call) | all | 9 | 0.333 |" in text  # 3 of the 9 items call
+    script = runpy.run_path(str(PACKAGE_ROOT / "experiments" / "when2call" / "tables.py"))
+    answers = ("direct", "tool_call", "request_for_info", "cannot_answer")
+    # per item: (class, split, tools offered, summed log-likelihoods of the four answers); every answer 10 chars
+    made = [("tool_call", "test", 1, (-9, -1, -5, -5)), ("tool_call", "train", 2, (-9, -5, -1, -5)),
+            ("request_for_info", "test", 1, (-9, -5, -1, -5)), ("request_for_info", "train", 1, (-9, -1, -5, -5)),
+            ("cannot_answer", "test", 0, (-9, -1, -5, -5)), ("cannot_answer", "train", 2, (-9, -5, -5, -1))]
+    items = [{"id": f"when2call/{c}/{n}", "class": c, "split": split, "n_tools": tools, "conversation": str(n),
+              "loglik": dict(zip(answers, ll)), "chars": dict.fromkeys(answers, 10), "tokens": dict.fromkeys(answers, 3),
+              "prompt_tokens": 100} for n, (c, split, tools, ll) in enumerate(made)]
+    (tmp_path / "mcq.json").write_text(json.dumps({"dataset": "when2call", "llm": "tiny", "display": "Tiny",
+                                                   "template": "plain", "method": "m", "items": items}))
+    text = script["main"]([str(tmp_path / "mcq.json")])
+    # chosen: tool_call, rfi, rfi, tool_call, tool_call, cannot: 3 of 6 right; F1 tool_call 2/5, rfi 1/2, cannot 2/3;
+    # the one tool-less cannot_answer item chose tool_call: a hallucination rate of 100%
+    assert f"| Tiny (plain) | sum | 6 | 0.500 | {100 * (0.4 + 0.5 + 2 / 3) / 3:.1f} | 100.0 |" in text
+    assert "| Tiny (plain) | sum | - | 40.0 | 50.0 | 66.7 |" in text
+
+    # the LLM's own replies: calls on both tool_call items and on the tool-less cannot_answer item
+    replies = [("Action: a", "a", 0.9, 0.8), ("Action: a", "a", 0.6, 0.7), ("Which city do you mean?", None, 0.3, 0.5),
+               ("It is sunny.", None, 0.4, 0.5), ("Action: b", "b", 0.2, 0.9), ("I cannot do that.", None, 0.5, 0.5)]
+    records = {"tiny": [{"id": i["id"], "api": i["class"], "text": text_, "pred_api": api, "raw_confidence": raw,
+                         "sources": {"p_true": p_true}} for i, (text_, api, raw, p_true) in zip(items, replies)]}
+    assert "| tiny | request_for_info | 2 | 1 | 0 | 1 | 0 |" in script["generation_table"](records)
+    runs = [script["load_mcq"](tmp_path / "mcq.json")]
+    belief = script["belief_tables"](runs, records)
+    # over its 3 calls (2 right): raw confidence ranks them perfectly, P(True) backwards
+    assert "| Tiny (plain): raw confidence (its calls) | all | 3 | 0.667 | 1.000 |" in belief
+    assert "| Tiny (plain): P(True) (its calls) | all | 3 | 0.667 | 0.000 |" in belief
+    # the MCQ prefers asking on the second item, where the LLM called, rightly; raw confidence < 0.5 on the wrong call
+    assert "| Tiny (plain) | 6 | 3 | MCQ prefers another answer (chars) | 1 | 0 |" in belief
+    assert "| Tiny (plain) | 6 | 3 | raw confidence < 0.5 | 1 | 1 |" in belief
