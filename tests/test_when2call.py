@@ -213,6 +213,8 @@ def test_an_interrupted_mcq_run_resumes_and_the_command_writes_the_file(tmp_path
     assert json.loads((tmp_path / "mcq.json").read_text()) == first
     with pytest.raises(UserError, match="^template='html'; expected one of plain, chat"):
         commands.mcq([*argv, "force=true", "template=html"])
+    with pytest.raises(UserError, match="^dataset=ste has no multiple-choice form; expected dataset=when2call"):
+        commands.mcq(["dataset=ste", "llm=tiny_random", f"paths.cache={cache}", f"output={tmp_path / 'ste.json'}"])
 
 
 def test_the_experiment_s_tables_from_six_hand_made_items(tmp_path):

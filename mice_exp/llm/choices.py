@@ -100,10 +100,11 @@ def mcq_items(stage: LLMStage, template: str) -> list[dict[str, Any]]:
     only the shards not yet cached (the LLM loads only then)."""
     if template not in TEMPLATES:
         raise UserError(f"template={template!r}; expected one of {', '.join(TEMPLATES)}")
-    dataset, selection = stage.dataset, stage.selection
+    dataset = stage.dataset
     pose = getattr(dataset, "multiple_choice", None)
     if pose is None:
         raise UserError(f"dataset={dataset.name} has no multiple-choice form; expected dataset=when2call")
+    selection = stage.selection  # the data load only now
     examples: list[Example] = selection.examples
     posed = [pose(e) for e in examples]
     llm_cfg = stage.llm
