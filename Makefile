@@ -21,8 +21,11 @@ RUN_ARGS ?= dataset.max_apis=3
 run: $(STAMP)
 	$(PY) -m mice_exp $(RUN_ARGS) $(ARGS)
 
+# Two pytest-xdist workers, one a core here (tests/conftest.py: each computes with its share of the cores, and the
+# files of its ONE_WORKER, such as the one vllm serve's, stay on one worker). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(ARGS)
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q $(ARGS)

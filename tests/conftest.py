@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,51 @@ from omegaconf import OmegaConf
 
 from mice_exp.paths import PACKAGE_ROOT, Paths
 
+
+def _a_share_of_the_cores_per_xdist_worker() -> None:
+    """Under pytest-xdist (``make test`` runs ``-n 2``) each worker computes with its share of the cores, as the LLM
+    stage's own local workers do (``mice_exp.llm.shards.worker_threads``): two workers each spinning torch's and
+    OpenBLAS's default of every core would oversubscribe the CPU. Set before numpy or torch loads (each reads it
+    once, at import); the ``mice-exp`` subprocesses of the tests inherit it. A value already set is kept."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        threads = str(max(1, cores // workers))
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ.setdefault(name, threads)
+
+
+_a_share_of_the_cores_per_xdist_worker()  # before any test module loads numpy or torch
+
 CONF = PACKAGE_ROOT / "conf"
 MODELS_CACHE = PACKAGE_ROOT / ".cache" / "models"
+
+#: Test files whose tests one xdist worker runs as a whole, handed out before the rest (which goes test by test
+#: to whichever worker is free): each shares one thing among its tests that costs much to build twice, or that
+#: two processes must not use at once. Why, for each:
+ONE_WORKER = {
+    "tests/test_backends.py": "its server tests share one real `vllm serve` (1-2.5 min to start)",
+    "tests/test_slurm.py": "its sweeps share the one-node Slurm cluster; two at once queue for its 2 CPUs",
+    "tests/test_demo_pool.py": "its module fixture builds all 750 STE prompts' demonstrations twice (16 s)",
+    "tests/test_gate.py": "its module fixture runs a real LLM stage and fits the gate (10 s)",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (make test) with :data:`ONE_WORKER`'s files as its groups: xdist learns a test's
+    ``xdist_group`` mark from a suffix the mark adds to the test's id, which pytest 9.2 no longer lets a plugin
+    change (pytest-xdist#1386), so the marks alone would group nothing. Other modes are xdist's own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FilesOnOneWorker(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return file if file in ONE_WORKER else super()._split_scope(nodeid)
+
+    return FilesOnOneWorker(config, log)
 
 
 @pytest.fixture(autouse=True)
