@@ -44,15 +44,13 @@ def margin(scores: ArrayLike, column: int) -> np.ndarray:
 
 
 def class_f1(gold: Sequence[str], pred: Sequence[str]) -> dict[str, float]:
-    """F1 of each class in ``gold`` or ``pred`` (sorted), as scikit-learn's ``f1_score(average=None)`` gives it
-    over those labels: a class never predicted nor true is absent, one predicted but never true scores 0."""
-    g, p = np.asarray(gold), np.asarray(pred)
-    out = {}
-    for label in sorted(set(g) | set(p)):
-        tp = float(np.sum((g == label) & (p == label)))
-        wrong = float(np.sum((g == label) != (p == label)))
-        out[str(label)] = 2 * tp / (2 * tp + wrong) if tp else 0.0
-    return out
+    """F1 of each class in ``gold`` or ``pred`` (sorted), scikit-learn's ``f1_score(average=None)`` over those
+    labels: a class never predicted nor true is absent, one predicted but never true scores 0."""
+    from sklearn.metrics import f1_score
+
+    labels = sorted(set(map(str, gold)) | set(map(str, pred)))
+    scores = f1_score([str(g) for g in gold], [str(p) for p in pred], labels=labels, average=None, zero_division=0)
+    return {label: float(score) for label, score in zip(labels, scores)}
 
 
 def macro_f1(gold: Sequence[str], pred: Sequence[str]) -> float:
