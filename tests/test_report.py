@@ -661,6 +661,22 @@ def test_gains_over_raw_and_nwkr_are_paired_bootstrap_differences():
     assert terms.loc["raw", "accuracy"] == pytest.approx(y.mean())
 
 
+def test_gains_can_be_taken_over_any_holdout_row():
+    """experiments/cross_model prices judging with another model's internals against the actor's own MICE RF."""
+    from mice_exp.metrics import auc_etcu
+    from mice_exp.report.paper_terms import long_predictions, paper_terms
+
+    frame = predictions(0, ["raw", "mice_rf"], n=120)
+    table = pd.DataFrame({"table": "table1", "dataset": "ste", "llm": "x", "row": ["Raw", "MICE RF"],
+                          "estimator": ["raw", "mice_rf"], "protocol": "holdout", "features": "bertscore",
+                          "run_id": "r1"})
+    terms = paper_terms(long_predictions(table, lambda run_id: frame), n_resamples=50,
+                        references=("mice_rf",)).set_index("estimator")
+    y, rf, raw = frame["label"].to_numpy(), frame["p_mice_rf"].to_numpy(), frame["p_raw"].to_numpy()
+    assert terms.loc["raw", "gain_auc_etcu_vs_mice_rf"] == pytest.approx(auc_etcu(raw, y) - auc_etcu(rf, y))
+    assert "gain_auc_etcu_vs_raw" not in terms
+
+
 def test_a_row_scored_on_other_labels_gets_no_gain():
     from mice_exp.report.paper_terms import long_predictions, paper_terms
 

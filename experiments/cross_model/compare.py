@@ -1,14 +1,15 @@
-"""Judge != actor: each (actor, judge) pair's rows against the actor's own raw confidence and NWKR.
+"""Judge != actor: each (actor, judge) pair's rows against the actor's own raw confidence, NWKR and MICE RF.
 
     python experiments/cross_model/compare.py [--out experiments/cross_model]
 
-Reads the actor's own Table 1 predictions (``experiments/table1/predictions.csv``: raw confidence and NWKR of
-the actor on its 200 test calls), the cross runs' predictions (``<out>/predictions.csv``, the report of the
+Reads the actor's own Table 1 predictions (``experiments/table1/predictions.csv``: raw confidence, NWKR and
+MICE RF of the actor on its 200 test calls), the cross runs' predictions (``<out>/predictions.csv``, the report of the
 ``cross_model`` sweep over ``experiments/records/ste-<actor>-judged-by-<judge>.jsonl.gz``) and applies each
 judge's own gate unchanged (``experiments/abstention/gate-<judge>``: its MICE RF fitted on its own 400 training
 calls, the one Table 1 reports) to the judged records' test calls. Per actor, every row (the judge's raw
 confidence of the actor's call, HRE / NWKR on it, MICE LR / RF fitted on the pair's training calls, the judge's
-self-gate) gets smECE and AUC-ETCU with its gain over the actor's own raw confidence and NWKR: 95% paired
+self-gate) gets smECE and AUC-ETCU with its gain over the actor's own raw confidence, NWKR and MICE RF (the
+cost of judging with another model's internals instead of the actor's own): 95% paired
 bootstrap intervals (1000 resamples of the test calls, :func:`mice_exp.report.paper_terms.paper_terms`) and
 two-sided paired permutation p-values (1000 permutations, :func:`mice_exp.metrics.permutation_test`).
 Writes ``<out>/gains.csv`` and ``<out>/self_gate_predictions.csv``; prints the markdown table the README quotes.
@@ -28,7 +29,9 @@ from mice_exp.report.paper_terms import paper_terms
 
 ROOT = PACKAGE_ROOT
 PAIRS = (("smollm2_135m", "gemma3_270m"), ("gemma3_270m", "smollm2_135m"))  # (actor, judge)
-OWN = {"raw": "actor's raw confidence", "nwkr": "actor's NWKR"}  # the actor's own rows, the references
+#: the actor's own rows, the references: its raw confidence and NWKR (what calibrating another model's calls
+#: must beat) and its MICE RF (self-judgement: what judging with another model's internals costs)
+OWN = {"raw": "actor's raw confidence", "nwkr": "actor's NWKR", "mice_rf": "actor's MICE RF"}
 
 
 def self_gate(actor: str, judge: str) -> pd.DataFrame:
@@ -84,16 +87,18 @@ def main() -> None:
         gates.append(gate.assign(actor=actor, judge=judge))
         blocks.append(rows_of(actor, judge, own, cross, gate))
     pd.concat(gates).to_csv(out / "self_gate_predictions.csv", index=False)
-    terms = pd.concat([paper_terms(block).merge(p_values(block), on="estimator").assign(
+    terms = pd.concat([paper_terms(block, references=tuple(OWN)).merge(p_values(block), on="estimator").assign(
         judge=judge) for block, (_, judge) in zip(blocks, PAIRS)])
     terms.to_csv(out / "gains.csv", index=False)
     print("| actor | judge | row | smECE | AUC-ETCU | AUC-ETCU gain vs actor's raw (p) | "
-          "AUC-ETCU gain vs actor's NWKR (p) | smECE gain vs actor's NWKR (p) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "AUC-ETCU gain vs actor's NWKR (p) | smECE gain vs actor's NWKR (p) | AUC-ETCU gain vs actor's MICE RF (p) | "
+          "smECE gain vs actor's MICE RF (p) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for t in terms.itertuples():
         cells = [f"{getattr(t, f'gain_{m}_vs_{r}'):+.3f} [{getattr(t, f'gain_{m}_vs_{r}_lo'):+.3f}, "
                  f"{getattr(t, f'gain_{m}_vs_{r}_hi'):+.3f}] (p {getattr(t, f'p_{m}_vs_{r}'):.3f})"
-                 for m, r in (("auc_etcu", "raw"), ("auc_etcu", "nwkr"), ("smece", "nwkr"))]
+                 for m, r in (("auc_etcu", "raw"), ("auc_etcu", "nwkr"), ("smece", "nwkr"), ("auc_etcu", "mice_rf"),
+                             ("smece", "mice_rf"))]
         judge = "(own)" if t.estimator in OWN else t.judge
         print(f"| {t.llm} | {judge} | {t.row} | {t.smece:.3f} | {t.auc_etcu:.3f} | {' | '.join(cells)} |")
 

@@ -78,10 +78,12 @@ GAIN: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "smece": lambda row, ref: ref - row, "auc_etcu": lambda row, ref: row - ref}
 
 
-def paper_terms(long: pd.DataFrame, n_resamples: int = RESAMPLES, seed: int = 0) -> pd.DataFrame:
+def paper_terms(long: pd.DataFrame, n_resamples: int = RESAMPLES, seed: int = 0,
+                references: tuple[str, ...] = REFERENCES) -> pd.DataFrame:
     """Per row of ``long`` (:func:`long_predictions`; Table 1's, then the ablation's not already there): test
-    accuracy, smECE, AUC-ETCU, auc-euro and the gains over Table 1's raw confidence and NWKR with their 95%
-    paired bootstrap intervals (NaN where a row's predictions do not cover its block's test calls)."""
+    accuracy, smECE, AUC-ETCU, auc-euro and the gains over each of ``references`` (estimators of the block's
+    holdout rows; Table 1's raw confidence and NWKR unless told) with their 95% paired bootstrap intervals
+    (NaN where a row's predictions do not cover its block's test calls)."""
     out = []
     long = long.sort_values("table", key=lambda t: t != TABLE1, kind="stable")
     long = long.drop_duplicates(["dataset", "llm", "estimator", "protocol", "run_id", "id"])  # one run: one row
@@ -98,7 +100,7 @@ def paper_terms(long: pd.DataFrame, n_resamples: int = RESAMPLES, seed: int = 0)
                 continue
             p, y = rows.loc[ids, "confidence"].to_numpy(float), rows.loc[ids, "label"].to_numpy(int)
             scored[key] = _per_draw(p, y, draws) | {"auc_euro": np.array([auc_euro(p, y)]), "label": y}
-        refs = {r: next((v for k, v in scored.items() if k[1] == r and k[2] == "holdout"), None) for r in REFERENCES}
+        refs = {r: next((v for k, v in scored.items() if k[1] == r and k[2] == "holdout"), None) for r in references}
         for (row, estimator, protocol, run_id), values in scored.items():
             entry = {"table": TABLE, "dataset": dataset, "llm": llm, "row": row, "estimator": estimator,
                      "protocol": protocol, "run_id": run_id, "n_test": len(ids),
