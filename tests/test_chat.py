@@ -73,19 +73,22 @@ def test_parallel_calls_and_their_results_are_all_shown(tokenizer):
     assert "Observation: 2023-01-02\nObservation: 2022-09-30" in text
 
 
+#: a tool with a parameter of each shape the SDKs emit: enum, optional (anyOf with null), nested object, array
+BOOK = {"type": "function", "function": {"name": "book", "description": "Book a trip.", "parameters": {
+    "type": "object", "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Oslo"]},
+        "note": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+        "traveller": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+                      "required": ["name"]},
+        "stops": {"type": "array", "items": {"type": "string"}}},
+    "required": ["city", "traveller"]}}}
+
+
 def test_schema_tools_of_every_shape_reach_a_json_tools_prompt_as_given(tokenizer):
-    shapes = {"type": "function", "function": {"name": "book", "description": "Book a trip.", "parameters": {
-        "type": "object", "properties": {
-            "city": {"type": "string", "enum": ["Paris", "Oslo"]},
-            "note": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
-            "traveller": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-                          "required": ["name"]},
-            "stops": {"type": "array", "items": {"type": "string"}}},
-        "required": ["city", "traveller"]}}}
-    text = rendered(tokenizer, "json_tools", AGENT_LOOP[1:2], [shapes])
-    assert json.dumps(shapes, ensure_ascii=False) in text
+    text = rendered(tokenizer, "json_tools", AGENT_LOOP[1:2], [BOOK])
+    assert json.dumps(BOOK, ensure_ascii=False) in text
     with pytest.raises(InvalidRequest, match="which STE's text form cannot show"):
-        rendered(tokenizer, "ste", AGENT_LOOP[1:2], [shapes])
+        rendered(tokenizer, "ste", AGENT_LOOP[1:2], [BOOK])
 
 
 def test_a_parameter_that_may_be_null_reaches_an_ste_prompt_as_an_optional_one(tokenizer):
@@ -124,3 +127,27 @@ def test_a_message_the_prompt_cannot_show_is_refused_in_one_line(messages, param
     with pytest.raises(InvalidRequest, match=re.escape(message)) as info:
         chat_example(messages, [ADD_DATE], 0, schemas=False)
     assert info.value.param == param and info.value.status == 400 and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("arguments, problem", [
+    ({"city": "Oslo", "traveller": {"name": "Ann", "age": 34}, "stops": ["Bergen"], "note": None}, None),
+    ({"city": "Rome", "traveller": {"name": "Ann"}}, "has city=\"Rome\": 'Rome' is not one of ['Paris', 'Oslo']"),
+    ({"city": "Oslo", "traveller": {"age": 34}}, "lacks the required argument 'traveller.name'"),
+    ({"city": "Oslo", "traveller": {"name": "Ann", "age": "34"}}, "has traveller.age=\"34\": '34' is not of type"),
+    ({"city": "Oslo", "traveller": {"name": "Ann"}, "stops": ["Bergen", 3]}, "has stops[1]=3: 3 is not of type"),
+    ({"city": "Oslo", "traveller": {"name": "Ann"}, "note": 5}, "has note=5: 5 is not valid under any of"),
+])
+def test_a_proposed_call_is_checked_against_its_tools_whole_schema(arguments, problem):
+    """What a gate answers instead of executing: the first thing the tool's JSON schema does not admit, nested
+    objects, array items and anyOf alternatives included."""
+    from mice_exp.gate.chat import call_problem, check_tools
+
+    said = call_problem("book", json.dumps(arguments), check_tools([BOOK]))
+    assert said == problem if problem is None else problem in said
+
+
+def test_a_tool_whose_schema_is_no_json_schema_is_refused_naming_where():
+    bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": {"type": "strng"}}}}}
+    with pytest.raises(InvalidRequest, match=re.escape("""Invalid schema for function 'f': parameters["properties"]["x"]["type"]""")):
+        chat_example(AGENT_LOOP[1:2], [bad], 0, schemas=True)

@@ -22,6 +22,9 @@ import json
 import re
 from typing import Any
 
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
+
 from mice_exp.errors import UserError
 
 Schema = dict[str, Any]
@@ -147,7 +150,14 @@ def object_schema_problem(parameters: Any) -> str | None:
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
         return "'required' must be a list of argument names"
     unknown = [r for r in required if r not in properties]
-    return f"'required' names {unknown[0]!r}, which is not in 'properties'" if unknown else None
+    if unknown:
+        return f"'required' names {unknown[0]!r}, which is not in 'properties'"
+    try:
+        validator_for(parameters).check_schema(parameters)
+    except SchemaError as error:
+        where = "".join(f"[{json.dumps(p)}]" for p in error.absolute_path)
+        return f"parameters{where}: {error.message}"
+    return None
 
 
 def json_schema(spec: Any) -> Any:

@@ -22,6 +22,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
+
 from mice_exp.data.records import Conversation, Example, Turn
 from mice_exp.data.schemas import Schema, function_schema, object_schema_problem, ste_text
 from mice_exp.errors import UserError
@@ -265,11 +268,6 @@ def chat_example(messages: Messages, tools: Any, index: int, schemas: bool) -> E
                    gold={"action": None, "action_input": None}, demo="", conversation=chat)
 
 
-#: JSON Schema's type names and the Python values each admits (a bool is no number).
-_JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,),
-               "object": (dict,), "null": (type(None),)}
-
-
 def read_call(call: Any, where: str = "call") -> tuple[str, str]:
     """The name and the argument text of a proposed tool call, in OpenAI's shape ``{"type": "function", "id"?,
     "function": {"name", "arguments"}}`` or bare ``{"name", "arguments"}``; ``arguments`` a JSON string (kept
@@ -299,8 +297,9 @@ def read_call(call: Any, where: str = "call") -> tuple[str, str]:
 
 def call_problem(name: str, arguments: str, tools: Sequence[dict[str, Any]]) -> str | None:
     """Why a proposed call cannot be executed as it stands, or None: a tool not among ``tools`` (checked
-    function schemas), arguments that are not a JSON object, or that do not match the tool's parameters
-    (a required one missing, one the schema does not admit, a value of another type or outside its enum)."""
+    function schemas), arguments that are not a JSON object, or that its parameters' JSON schema does not admit
+    (a required one missing, one the schema does not admit, a value of another type, outside its enum, none of
+    an ``anyOf``'s alternatives, a nested object's or an array item's problem: the schema's own validator)."""
     schema = next((t["function"] for t in tools if t["function"]["name"] == name), None)
     if schema is None:
         offered = ", ".join(t["function"]["name"] for t in tools)
@@ -311,28 +310,14 @@ def call_problem(name: str, arguments: str, tools: Sequence[dict[str, Any]]) -> 
         return f"the arguments of {name!r} are not valid JSON ({error.msg}); expected a JSON object"
     if not isinstance(args, dict):
         return f"the arguments of {name!r} are {type(args).__name__}; expected a JSON object"
-    parameters = schema.get("parameters") or {}
-    properties = parameters.get("properties", {})
-    missing = [r for r in parameters.get("required", []) if r not in args]
-    if missing:
-        return f"the call to {name!r} lacks the required argument {missing[0]!r}"
-    for key, value in args.items():
-        if key not in properties:
-            if parameters.get("additionalProperties", True) is False:
-                return f"the call to {name!r} has the argument {key!r}, which its schema does not admit"
-            continue
-        problem = _value_problem(properties[key], value)
-        if problem:
-            return f"the call to {name!r} has {key}={json.dumps(value)[:40]}: {problem}"
-    return None
-
-
-def _value_problem(schema: dict[str, Any], value: Any) -> str | None:
-    kinds = schema.get("type")
-    kinds = [kinds] if isinstance(kinds, str) else kinds
-    if kinds and not any(isinstance(value, _JSON_TYPES.get(k, object))
-                         and not (isinstance(value, bool) and k != "boolean") for k in kinds):
-        return f"expected {' or '.join(kinds)}"
-    if "enum" in schema and value not in schema["enum"]:
-        return f"expected one of {json.dumps(schema['enum'])[:60]}"
-    return None
+    parameters = schema.get("parameters") or {"type": "object"}
+    error = best_match(validator_for(parameters)(parameters).iter_errors(args))
+    if error is None:
+        return None
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    if error.validator == "required":
+        missing = next(r for r in error.validator_value if r not in error.instance)
+        return f"the call to {name!r} lacks the required argument {(where + '.' if where else '') + missing!r}"
+    if not where:
+        return f"the call to {name!r}: {error.message}"
+    return f"the call to {name!r} has {where}={json.dumps(error.instance)[:40]}: {error.message}"
