@@ -151,3 +151,22 @@ def test_a_tool_whose_schema_is_no_json_schema_is_refused_naming_where():
         "x": {"type": "strng"}}}}}
     with pytest.raises(InvalidRequest, match=re.escape("""Invalid schema for function 'f': parameters["properties"]["x"]["type"]""")):
         chat_example(AGENT_LOOP[1:2], [bad], 0, schemas=True)
+
+
+@pytest.mark.slow  # SmolLM2 and the BERTScore encoder: ~25 s quiet, 90 s beside a test run (2-core AVX2)
+def test_the_published_json_tools_gate_judges_a_call_to_a_tool_of_every_shape():
+    """The schema-tool gate built from the published `prompt=json_tools` records (experiments/json_tools: no LLM
+    run behind it) takes BOOK as given and scores SmolLM2's reading of a proposed call to it; a call the schema
+    does not admit is scored too, never executed."""
+    from mice_exp.gate import Gate
+    from mice_exp.paths import PACKAGE_ROOT
+
+    gate = Gate.load(PACKAGE_ROOT / "experiments" / "json_tools" / "gate-smollm2_135m")
+    messages = [{"role": "user", "content": "Book me a trip to Oslo for Ann, 34, stopping in Bergen."}]
+    arguments = {"city": "Oslo", "traveller": {"name": "Ann", "age": 34}, "stops": ["Bergen"], "note": None}
+    good = gate.score(messages, [BOOK], {"name": "book", "arguments": arguments}, tau=0.0)
+    assert good.execute and good.call.name == "book" and good.call.arguments == arguments
+    assert 0.0 < good.probability < 1.0 and {"city", "traveller", "stops"} <= set(good.arguments)
+    bad = gate.score(messages, [BOOK], {"name": "book", "arguments": arguments | {"city": "Rome"}}, tau=0.0)
+    assert not bad.execute and "has city=\"Rome\": 'Rome' is not one of" in bad.reason
+    assert 0.0 <= bad.probability <= 1.0

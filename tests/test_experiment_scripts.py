@@ -57,6 +57,11 @@ def test_format_comparison_is_the_published_one() -> None:
     assert missing_from("bfcl/README.md", formats.main(paths)) == []
 
 
+def test_ste_format_comparison_is_the_published_one() -> None:
+    paths = [str(RECORDS / f"ste-smollm2_135m{suffix}.jsonl.gz") for suffix in ("", "-json_tools")]
+    assert missing_from("json_tools/README.md", script("bfcl/formats.py").main(paths)) == []
+
+
 @pytest.mark.parametrize("a,b", [(0, 0), (1, 2), (3, 2), (0, 9), (7, 1), (12, 30)])
 def test_sign_test_is_the_exact_binomial_test(a: int, b: int) -> None:
     expected = 1.0 if a + b == 0 else binomtest(a, a + b, 0.5).pvalue

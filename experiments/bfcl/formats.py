@@ -1,4 +1,4 @@
-"""prompt=ste against prompt=json_tools on the same BFCL calls: accuracy, unparseable replies, prompt length.
+"""prompt=ste against prompt=json_tools on the same calls (BFCL's or STE's): accuracy, unparseable replies, prompt length.
 
     python experiments/bfcl/formats.py experiments/records/bfcl-live_simple-first64-<llm>-{ste,json_tools}.jsonl.gz ...
 
@@ -32,7 +32,7 @@ def sign_test(a: int, b: int) -> float:
 def row(path: Path) -> tuple[str, str, dict[str, int], list[str]]:
     header = read_records_header(path)
     prompt = PRESETS[made_with(header)["format"]]
-    records = read_records_file(path, "bfcl").records
+    records = read_records_file(path, header["dataset"]).records
     labels = {r["id"]: int(r["label"]) for r in records}
     tokens = np.array([r["prompt_tokens"] for r in records])
     correct = sum(labels.values())
