@@ -32,6 +32,8 @@ PAIRS = (("smollm2_135m", "gemma3_270m"), ("gemma3_270m", "smollm2_135m"))  # (a
 #: the actor's own rows, the references: its raw confidence and NWKR (what calibrating another model's calls
 #: must beat) and its MICE RF (self-judgement: what judging with another model's internals costs)
 OWN = {"raw": "actor's raw confidence", "nwkr": "actor's NWKR", "mice_rf": "actor's MICE RF"}
+#: the printed table's gain columns: (metric, reference)
+COLUMNS = (("auc_etcu", "raw"), ("auc_etcu", "nwkr"), ("smece", "nwkr"), ("auc_etcu", "mice_rf"), ("smece", "mice_rf"))
 
 
 def self_gate(actor: str, judge: str) -> pd.DataFrame:
@@ -90,15 +92,14 @@ def main() -> None:
     terms = pd.concat([paper_terms(block, references=tuple(OWN)).merge(p_values(block), on="estimator").assign(
         judge=judge) for block, (_, judge) in zip(blocks, PAIRS)])
     terms.to_csv(out / "gains.csv", index=False)
-    print("| actor | judge | row | smECE | AUC-ETCU | AUC-ETCU gain vs actor's raw (p) | "
-          "AUC-ETCU gain vs actor's NWKR (p) | smECE gain vs actor's NWKR (p) | AUC-ETCU gain vs actor's MICE RF (p) | "
-          "smECE gain vs actor's MICE RF (p) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    names = {"auc_etcu": "AUC-ETCU", "smece": "smECE"}
+    print("| actor | judge | row | smECE | AUC-ETCU | "
+          + " | ".join(f"{names[m]} gain vs {OWN[r].replace('confidence', '').strip()} (p)" for m, r in COLUMNS) + " |")
+    print("|---" * (5 + len(COLUMNS)) + "|")
     for t in terms.itertuples():
         cells = [f"{getattr(t, f'gain_{m}_vs_{r}'):+.3f} [{getattr(t, f'gain_{m}_vs_{r}_lo'):+.3f}, "
                  f"{getattr(t, f'gain_{m}_vs_{r}_hi'):+.3f}] (p {getattr(t, f'p_{m}_vs_{r}'):.3f})"
-                 for m, r in (("auc_etcu", "raw"), ("auc_etcu", "nwkr"), ("smece", "nwkr"), ("auc_etcu", "mice_rf"),
-                             ("smece", "mice_rf"))]
+                 for m, r in COLUMNS]
         judge = "(own)" if t.estimator in OWN else t.judge
         print(f"| {t.llm} | {judge} | {t.row} | {t.smece:.3f} | {t.auc_etcu:.3f} | {' | '.join(cells)} |")
 
