@@ -1,7 +1,7 @@
 """Hidden states replayed from a records file against those the LLM stage captured while generating.
 
 Takes the first N records of a published records file, replays each (rebuilt prompt + recorded tokens,
-one teacher-forced forward, :func:`mice_exp.llm.replay.replay_states`) and compares the pooled states
+one teacher-forced forward, :func:`mice_exp.llm.teacher.replay_states`) and compares the pooled states
 with the same calls' arrays in an LLM-stage cache folder of the same LLM (same order: a records file
 keeps its stage's order). Prints the largest difference relative to each array's scale, the smallest
 cosine between a replayed and a captured state, and the replay's time per call.
@@ -21,7 +21,7 @@ from mice_exp.compose import as_plain, compose_config
 from mice_exp.llm.backends import load_llm
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_stage
-from mice_exp.llm.replay import replay_states
+from mice_exp.llm.teacher import replay_states
 from mice_exp.llm.sources import record_prompts
 from mice_exp.llm.stage import shard_arrays
 from mice_exp.paths import paths_from

@@ -204,3 +204,79 @@ def test_vllm_captures_every_layer_in_its_generating_pass(tmp_path):
         r = vllm_records[i]
         assert r["layer_strings"] == local[r["id"]]["layer_strings"]
         np.testing.assert_allclose(states[i], local_states[order[r["id"]]], rtol=1e-3, atol=1e-3)
+
+
+ENGINE_CFG = {"llm.backend": "vllm", "sources.consistency.samples": "3", **ONE_HEAD}
+
+
+@pytest.fixture(scope="module")
+def engine_stage(tmp_path_factory):
+    """tiny_random's LLM stage under ``vllm``, its engine loaded once for the tests of what else runs on it."""
+    stage = stage_of(tiny_cfg(**ENGINE_CFG), paths_in(cache_sharing_models(tmp_path_factory.mktemp("vllm"))))
+    return stage, stage.output()
+
+
+def written_states(stage) -> list[Path]:
+    """State files the engine's connector left behind (each request's are removed once read)."""
+    extra = stage.backend.generator().engine.llm_engine.vllm_config.kv_transfer_config.kv_connector_extra_config
+    return list(Path(extra["shared_storage_path"]).glob("*.safetensors"))
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed in this Python (make vllm; .venv-vllm/bin/pytest)")
+@pytest.mark.timeout(900)
+def test_vllm_computes_every_source_on_its_engine(engine_stage, tmp_path):
+    """Under ``vllm`` the confidence sources come from the engine, with no states written for their requests: P(True)
+    as the transformers model computes it (to 1e-3), the greedy replies the same where no near tie breaks, and
+    self-consistency's samples the same again from the same seeds."""
+    from mice_exp.llm.prefix_sources import PrefixSources
+    from mice_exp.llm.sources import compute_sources, load_source, stage_sources
+
+    names = ["p_true", "verbalized", "acts", "consistency", "semantic_entropy"]
+    cfg = tiny_cfg(**ENGINE_CFG)
+    stage, output = engine_stage
+    engine = stage_sources(cfg["sources"], stage, output, names)
+    assert written_states(stage) == []  # the stage's states were read and removed; the sources wrote none
+    for name in names:
+        finite = engine[name][np.isfinite(engine[name])]
+        assert ((finite >= 0) & (finite <= 1)).all()
+
+    folder, examples, demos = stage.context(output)
+    local = compute_sources(names, cfg["sources"], stage, tmp_path / "hf", examples, demos, output.records,
+                            PrefixSources(one_head_llm()))
+    hf = {name: load_source(local[name], output.ids) for name in names}
+    np.testing.assert_allclose(engine["p_true"], hf["p_true"], rtol=0, atol=1e-3)
+    for name in ("verbalized", "acts"):  # greedy: vLLM's CPU kernels may break a near tie of tiny_random's logits
+        same = np.isclose(engine[name], hf[name], equal_nan=True)
+        assert same.sum() >= len(same) // 2, name
+
+    again = tmp_path / "again"
+    resampled = stage_sources(cfg["sources"], stage_of(cfg, paths_in(cache_sharing_models(again))),
+                              stage_of(cfg, paths_in(cache_sharing_models(again))).output(), ["consistency"])
+    np.testing.assert_array_equal(resampled["consistency"], engine["consistency"])
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed in this Python (make vllm; .venv-vllm/bin/pytest)")
+@pytest.mark.timeout(900)
+def test_vllm_teacher_forces_given_replies_on_its_engine(engine_stage):
+    """A records file's replayed states and a given call's score (lens tokens, token probabilities, every layer) come
+    from one prefill on the engine, as the transformers model's teacher-forced forward gives them."""
+    from mice_exp.llm.prompt import PromptBuilder
+    from mice_exp.llm.teacher import Teacher
+    from mice_exp.llm.sources import record_prompts
+
+    stage, output = engine_stage
+    engine, local = stage.backend.teacher(), Teacher(one_head_llm())
+    _, examples, demos = stage.context(output)
+    builder = PromptBuilder.from_config(stage.prompt, engine.tokenizer)
+    records = output.records[:3]
+    prompts = [record_prompts(builder, examples, demos, r).original for r in records]
+    replies = [r["token_ids"] for r in records[:2]] + [[]]  # an empty reply keeps the prompt's last position
+    scored, expected = engine.score(prompts, replies), local.score(prompts, replies)
+    for got, want in zip(scored, expected):
+        assert got.token_ids == want.token_ids and got.text == want.text
+        np.testing.assert_array_equal(got.lens_ids, want.lens_ids)
+        np.testing.assert_allclose(got.token_probs, want.token_probs, rtol=1e-3, atol=1e-5)
+        np.testing.assert_allclose(got.states, want.states, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(engine.states(prompts[0], replies[0]), local.states(prompts[0], replies[0]),
+                               rtol=1e-3, atol=1e-3)
+    assert written_states(stage) == []

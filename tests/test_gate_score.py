@@ -114,9 +114,9 @@ def test_a_malformed_call_is_one_line_naming_its_param(gate, call, param, messag
 
 
 def test_a_bad_request_in_a_batch_is_named_and_nothing_runs(gate, monkeypatch):
-    from mice_exp.llm import replay
+    from mice_exp.llm import teacher
 
-    monkeypatch.setattr(replay, "score_replies", lambda *a: pytest.fail("nothing is scored"))
+    monkeypatch.setattr(teacher, "score_replies", lambda *a: pytest.fail("nothing is scored"))
     with pytest.raises(InvalidRequest, match=r"^request #1: messages\[0\].content: expected the user's text$"):
         gate.score_batch([(ask("q"), [WEATHER], CALL), ([{"role": "user", "content": ""}], [WEATHER], CALL)])
     with pytest.raises(InvalidRequest, match=r"^request #0: call has no 'function' object"):
@@ -124,9 +124,9 @@ def test_a_bad_request_in_a_batch_is_named_and_nothing_runs(gate, monkeypatch):
 
 
 def test_a_call_longer_than_the_context_window_is_refused_before_the_forward_pass(gate, monkeypatch):
-    from mice_exp.llm import replay
+    from mice_exp.llm import teacher
 
-    monkeypatch.setattr(replay, "score_replies", lambda *a: pytest.fail("nothing is scored"))
+    monkeypatch.setattr(teacher, "score_replies", lambda *a: pytest.fail("nothing is scored"))
     long = {"name": "get_weather", "arguments": json.dumps({"city": "Paris " * 9000})}
     with pytest.raises(InvalidRequest, match=r"^the call is \d+ tokens after a prompt of \d+; tiny_random's context "
                                              r"window holds 8192 \(llm.context_window\)") as info:

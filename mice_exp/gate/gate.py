@@ -32,6 +32,7 @@ from mice_exp.gate.chat import (Call, Decision, InvalidRequest, Messages, call_p
                                 check_tools, read_call)
 from mice_exp.gate.queries import parse_query, query_id
 from mice_exp.gate.registry import fetch, is_mlflow_uri, model_name
+from mice_exp.llm.backends import backend_of, check_backend
 from mice_exp.llm.prompt import PromptBuilder, PromptTooLong
 from mice_exp.llm.records import StageOutput
 from mice_exp.llm.stage import batch_records, batches, run_batch
@@ -110,6 +111,7 @@ class Gate:
         self.prompt_cfg = dict(spec["prompt"]) | templates  # the saved copies, not today's shipped files
         self.models = models  # where converted model weights are cached (default: <project>/.cache/models)
         self._llm = None
+        self._backend: Any = None
         self._builder = None
         self._encoder = None
         self._keep = keep  # the temporary download of an MLflow source lives as long as the gate
@@ -197,14 +199,25 @@ class Gate:
                 raise UserError(f"the gate was trained on a {saved} with {key}={stage[key]}; the loaded model has "
                                 f"{getattr(llm, key)}; expected the same weights")
 
-    def llm(self) -> Any:
-        if self._llm is None:
-            from mice_exp.llm.backends import load_llm  # loads torch (or an engine) with the model
+    def backend(self) -> Any:
+        """The gate's LLM backend (``llm.backend`` of its saved settings), holding the LLM it was given, if any."""
+        if self._backend is None:
+            check_backend(self.llm_cfg)
+            self._backend = backend_of(self.llm_cfg, self.models or project_root() / ".cache" / "models", self._llm)
+        return self._backend
 
-            llm = load_llm(self.llm_cfg, self.models or project_root() / ".cache" / "models")
+    def llm(self) -> Any:
+        """The generator, loaded (torch, or an engine, with the model) and checked against the saved gate once."""
+        if self._llm is None:
+            llm = self.backend().generator()
             self._check_llm(llm)
             self._llm = llm
         return self._llm
+
+    def teacher(self) -> Any:
+        """What teacher-forces a given call (:meth:`mice_exp.llm.backends.Backend.teacher`), on the checked LLM."""
+        self.llm()
+        return self.backend().teacher()
 
     def builder(self) -> PromptBuilder:
         """The gate's :class:`~mice_exp.llm.prompt.PromptBuilder` (its saved prompt settings and templates), built
@@ -298,7 +311,7 @@ class Gate:
         """The gate's :class:`~mice_exp.gate.chat.Decision` on a tool call someone else proposed (an agent's model,
         a user): ``call`` in OpenAI's shape (:func:`~mice_exp.gate.chat.read_call`), written in the gate's reply
         format as the reply to the request's prompt and teacher-forced through the gate's LLM in one forward
-        pass (:func:`mice_exp.llm.replay.score_replies`: no decoding), then the same records, features,
+        pass (:func:`mice_exp.llm.teacher.score_replies`: no decoding), then the same records, features,
         estimator and threshold as :meth:`check`. For the gate's own greedy call it gives :meth:`check`'s
         probability up to float rounding. A call to a tool not offered, or with arguments that are not JSON or
         do not match the tool's schema, is still scored but never executed (``reason`` says why)."""
@@ -390,12 +403,12 @@ class Gate:
     def _score(self, examples: dict[int, Any], prompts: dict[int, Prompt],
                replies: Mapping[int, str]) -> tuple[list[dict], np.ndarray]:
         """:meth:`_run` with each reply teacher-forced instead of generated (same batches, same records)."""
-        from mice_exp.llm.replay import reply_tokens, score_replies  # loads torch, transformers
+        from mice_exp.llm.teacher import reply_tokens  # loads torch, transformers
 
-        llm = self.llm()
+        teacher = self.teacher()
         tick = time.perf_counter()
         window = int(self.llm_cfg["context_window"])
-        tokens = {i: reply_tokens(llm.tokenizer, replies[i]) for i in prompts}
+        tokens = {i: reply_tokens(teacher.tokenizer, replies[i]) for i in prompts}
         for i, prompt in prompts.items():
             length = len(tokens[i])
             if len(prompt.ids) + length > window:
@@ -406,9 +419,9 @@ class Gate:
                                      param="tool_calls", code="context_length_exceeded")
         records, arrays = [], []
         for batch in batches(prompts, int(self.llm_cfg["batch_size"])):
-            gens = score_replies(llm, [prompts[i].ids for i in batch], [tokens[i] for i in batch])
-            rows, pooled = batch_records(llm.tokenizer, batch, examples, dict.fromkeys(batch, SPLIT), prompts, gens,
-                                         self.builder().fmt)
+            gens = teacher.score([prompts[i].ids for i in batch], [tokens[i] for i in batch])
+            rows, pooled = batch_records(teacher.tokenizer, batch, examples, dict.fromkeys(batch, SPLIT), prompts,
+                                         gens, self.builder().fmt)
             records += rows
             arrays.append(pooled)
         self.timing["forward_s"] = time.perf_counter() - tick

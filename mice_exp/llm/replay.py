@@ -5,26 +5,23 @@ A records file keeps no activations (far too large), so a view or estimator that
 hash), its recorded tokens are appended, and one forward pass captures every layer at the positions
 the LLM stage captured at (the ones that predicted each generated token). Same tokens, same positions:
 the stage's own states up to float rounding (one pass instead of batched, KV-cached decoding), at the
-cost of a prefill -- no decoding loop, no logit lens. Kept in
-``<cache>/llm/<llm>-records-<sha>/activations-<key>/shard-NNNNN.npz``; an interrupted replay resumes.
+cost of a prefill -- no decoding loop, no logit lens -- on the backend's teacher (:mod:`mice_exp.llm.teacher`,
+or an engine's). Kept in ``<cache>/llm/<llm>-records-<sha>/activations-<key>/shard-NNNNN.npz``; an interrupted
+replay resumes.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
-import torch
 from filelock import FileLock
 from tqdm.auto import tqdm
 
 from mice_exp.cache import read_intact, read_json, read_jsonl, read_npz, stable_hash, write_json, write_jsonl, write_npz
-from mice_exp.llm.capture import layer_states, lens_argmax
-from mice_exp.llm.generation import Generation, token_spans
 from mice_exp.errors import UserError
-from mice_exp.llm.model import LLM
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.publish import written_by
@@ -32,89 +29,12 @@ from mice_exp.llm.records import (ARRAYS, FORMAT_DEFAULTS, StageOutput, read_rec
                                   shard_name)
 from mice_exp.llm.sources import record_prompts
 from mice_exp.llm.stage import LLMStage, batch_records, batches, prompt_key, shard_arrays
+from mice_exp.llm.teacher import reply_tokens
 
-METHOD = "teacher-forced-1"  # how states are replayed; part of their cache key
 NEEDS = ("token_ids", "n_demos", "prompt_hash")  # what a record must keep to be replayed
 #: What a judged record keeps of the actor's: the call as the actor wrote and parsed it, and its label.
 ACTOR_FIELDS = ("pred_api", "pred_args", "parse_error", "label")
 log = logging.getLogger(__name__)
-
-
-def _forward(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
-             logits: bool) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
-    """One teacher-forced forward over a batch of prompt + reply: per row, every layer at the positions that
-    predict each reply token ([max(T,1), L, d], an empty reply keeping the prompt's last position) and, with
-    ``logits``, each reply token's log-probability under the raw logits ([T]). Rows are left-padded as
-    generation pads them (positions counted from each row's first token), so every row's reply ends at the
-    last position and only the last max(T) positions' logits are computed; a lone row is not padded."""
-    counts = [max(len(r), 1) for r in replies]
-    rows = [list(p) + list(r[:n - 1]) for p, r, n in zip(prompts, replies, counts)]
-    width, tail = max(len(r) for r in rows), max(counts)
-    extra = {}
-    ids = torch.tensor([rows[0]], dtype=torch.long)
-    if len(rows) > 1:
-        ids = torch.full((len(rows), width), llm.tokenizer.pad_token_id or 0, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, row in enumerate(rows):
-            ids[b, width - len(row):], mask[b, width - len(row):] = torch.tensor(row, dtype=torch.long), 1
-        extra = {"attention_mask": mask.to(llm.device),
-                 "position_ids": (mask.cumsum(1) - 1).clamp(min=0).to(llm.device)}
-    captured: list[torch.Tensor | None] = [None] * llm.n_layers
-
-    def keep(index: int, hidden: torch.Tensor) -> None:
-        captured[index] = hidden[:, -tail:].to(torch.float32, copy=True)  # not a view pinning [B, S, d]
-
-    with layer_states(llm, keep):
-        out = llm.model(input_ids=ids.to(llm.device), use_cache=False, logits_to_keep=tail if logits else 1, **extra)
-    layers = torch.stack(captured, dim=2)  # [B, tail, L, d]
-    states = [layers[b, tail - n:] for b, n in enumerate(counts)]
-    if not logits:
-        return states, [None] * len(rows)
-    logp = []
-    for b, reply in enumerate(replies):
-        scores = torch.log_softmax(out.logits[b, tail - len(reply):].float(), dim=-1)
-        logp.append(scores.gather(1, torch.tensor(list(reply), dtype=torch.long, device=scores.device)[:, None])[:, 0])
-    return states, logp
-
-
-@torch.inference_mode()
-def replay_states(llm: LLM, prompt: Sequence[int], generated: Sequence[int]) -> np.ndarray:
-    """[max(T,1), L, d]: every layer's output (pre-norm) at the positions that predicted each of the T
-    generated tokens, as :func:`mice_exp.llm.capture.generate_batch` records them (an empty generation
-    keeps the prompt's last position)."""
-    return _forward(llm, [prompt], [generated], logits=False)[0][0].cpu().numpy()
-
-
-def reply_tokens(tokenizer: Any, text: str, ids: Sequence[int] | None = None) -> list[int]:
-    """The tokens a reply is teacher-forced as: ``ids`` (the tokens its LLM generated) where they decode to
-    ``text`` with this tokenizer (the same vocabulary: a model's own call keeps its own tokens, which need not
-    be how the tokenizer would split the text), else ``text`` tokenized."""
-    if ids is not None and token_spans(tokenizer, ids)[1] == text:
-        return list(ids)
-    return tokenizer.encode(text, add_special_tokens=False)
-
-
-@torch.inference_mode()
-def score_replies(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> list[Generation]:
-    """Each reply's tokens (:func:`reply_tokens`) teacher-forced after its prompt in one forward pass
-    per batch: the :class:`~mice_exp.llm.capture.Generation` that generating it would have captured (its
-    tokens' probabilities under the raw logits, every layer's state and the logit lens of layers 1..L-1 at the
-    positions predicting each token), up to float rounding, with no decoding loop. What scoring a call that
-    someone else proposed (:meth:`mice_exp.gate.Gate.score`) and judging another LLM's records
-    (:func:`judge_records`) run on."""
-    tokenizer, ids = llm.tokenizer, [list(r) for r in replies]
-    states, logp = _forward(llm, prompts, ids, logits=True)
-    n_lens = llm.n_layers - 1
-    lens = lens_argmax(llm, torch.cat([s[:len(r), :n_lens].reshape(-1, s.shape[-1]) for s, r in zip(states, ids)]))
-    out, cursor = [], 0
-    for reply, state, lp in zip(ids, states, logp):
-        offsets, text = token_spans(tokenizer, reply)
-        block = lens[cursor:cursor + len(reply) * n_lens].reshape(len(reply), n_lens).T
-        cursor += len(reply) * n_lens
-        out.append(Generation(token_ids=reply, token_probs=lp.exp().cpu().numpy().astype(np.float64), text=text,
-                              offsets=offsets, lens_ids=block.cpu().numpy().astype(np.int32),
-                              states=state.cpu().numpy()))
-    return out
 
 
 def replay_activations(stage: LLMStage, output: StageOutput) -> dict[str, np.ndarray]:
@@ -131,7 +51,8 @@ def replay_activations(stage: LLMStage, output: StageOutput) -> dict[str, np.nda
             raise UserError(f"llm.records={llm_cfg.get('records')}: {missing} records lack {name!r}, which replaying "
                             "their hidden states needs (expected a records file written by `mice-exp records`)")
     # every prompt setting but the formats at their defaults (the key kept demo_pool and no_call_note from the start)
-    key = {"method": METHOD, "prompt": prompt_key(stage.prompt, FORMAT_DEFAULTS), "source": llm_cfg["source"],
+    key = {"method": stage.backend.replay_method, "prompt": prompt_key(stage.prompt, FORMAT_DEFAULTS),
+           "source": llm_cfg["source"],
            "dtype": resolve_dtype(llm_cfg.get("dtype", "float32"), llm_cfg.get("device", "cpu"))}
     out = stage.derived_folder(output) / f"activations-{stable_hash(key)}"
     size = int(llm_cfg["batch_size"])
@@ -144,12 +65,12 @@ def replay_activations(stage: LLMStage, output: StageOutput) -> dict[str, np.nda
             log.info("%s keeps no activations: replaying %d calls with %s into %s", llm_cfg.get("records"),
                      pending, llm_cfg["name"], out)
             _, examples, demos = stage.context(output)
-            llm = stage.backend.forward_model()
-            builder = PromptBuilder.from_config(stage.prompt, llm.tokenizer)
+            teacher = stage.backend.teacher()
+            builder = PromptBuilder.from_config(stage.prompt, teacher.tokenizer)
             bar = tqdm(total=len(output.records), initial=len(output.records) - pending,
                        desc=f"replay {llm_cfg['name']}", unit="call")
             for n in todo:
-                states = [replay_states(llm, record_prompts(builder, examples, demos, r).original, r["token_ids"])
+                states = [teacher.states(record_prompts(builder, examples, demos, r).original, r["token_ids"])
                           for r in groups[n]]
                 write_npz(out / f"shard-{n:05d}.npz", shard_arrays(states, store_tokens=False))
                 bar.update(len(groups[n]))
@@ -161,10 +82,11 @@ def replay_activations(stage: LLMStage, output: StageOutput) -> dict[str, np.nda
 def judge_records(stage: LLMStage, actor: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Another LLM's records file (the actor's) replayed through ``stage``'s LLM (the judge): each call's prompt
     built as the judge's own stage builds it (its chat template, its prompt settings, the same retrieved
-    demonstrations), the actor's reply teacher-forced as the reply (:func:`score_replies`), so every field the
-    judge reads of its own calls (every layer's lens string, raw confidence = the judge's probability of the
-    call's content tokens, token offsets) is the judge's, while the parsed call and its label are the actor's
-    (the text is the judge's tokens decoded: the actor's, where the judge's tokenizer round-trips it).
+    demonstrations), the actor's reply teacher-forced as the reply (the backend's teacher,
+    :meth:`~mice_exp.llm.backends.Backend.teacher`), so every field the judge reads of its own calls (every layer's
+    lens string, raw confidence = the judge's probability of the call's content tokens, token offsets) is the
+    judge's, while the parsed call and its label are the actor's (the text is the judge's tokens decoded: the
+    actor's, where the judge's tokenizer round-trips it).
     Returns the header and records of a records file of the usual format (``llm`` is the judge: its hidden
     states replay with :func:`replay_activations`), whose header also names ``actor`` and ``judge``. Batches
     are kept in ``<cache>/llm/<judge>-judged-<actor records key>/``: an interrupted replay resumes."""
@@ -178,7 +100,7 @@ def judge_records(stage: LLMStage, actor: Path) -> tuple[dict[str, Any], list[di
     if header.get("judge") is not None:
         raise UserError(f"actor={actor} is already a judged records file ({header['actor']} judged by "
                         f"{header['judge']}); expected an LLM's own records")
-    out = stage.paths.llm / f"{judge}-judged-{output.key}"
+    out = stage.paths.llm / f"{judge}-judged-{output.key}{stage.backend.replay_suffix()}"
     _, examples, demos = stage.context(output)
     out.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out / ".lock")):
@@ -202,8 +124,8 @@ def _judge_batches(stage: LLMStage, output: StageOutput, out: Path, examples: di
     """:func:`judge_records`' batches, those not yet in ``out`` computed; ``done.json`` says they all are."""
     judge = stage.llm["name"]
     by_id = {r["id"]: r for r in output.records}
-    llm = stage.backend.forward_model()
-    builder = PromptBuilder.from_config(stage.prompt, llm.tokenizer)
+    teacher = stage.backend.teacher()
+    builder = PromptBuilder.from_config(stage.prompt, teacher.tokenizer)
     budget = int(stage.llm["context_window"]) - int(stage.llm["max_new_tokens"])
     prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget) for i in by_id}
     fixed = batches(prompts, int(stage.llm["batch_size"]))
@@ -214,9 +136,9 @@ def _judge_batches(stage: LLMStage, output: StageOutput, out: Path, examples: di
     splits = {i: r["split"] for i, r in by_id.items()}
     for n in todo:
         batch = fixed[n]
-        gens = score_replies(llm, [prompts[i].ids for i in batch],
-                             [reply_tokens(llm.tokenizer, by_id[i]["text"], by_id[i]["token_ids"]) for i in batch])
-        rows, _ = batch_records(llm.tokenizer, batch, examples, splits, prompts, gens, builder.fmt)
+        gens = teacher.score([prompts[i].ids for i in batch],
+                             [reply_tokens(teacher.tokenizer, by_id[i]["text"], by_id[i]["token_ids"]) for i in batch])
+        rows, _ = batch_records(teacher.tokenizer, batch, examples, splits, prompts, gens, builder.fmt)
         for row in rows:
             if row["text"] != by_id[row["id"]]["text"]:
                 log.warning("%s: %s's tokens of the call decode to %r, not the actor's %r", row["id"], judge,
@@ -224,6 +146,7 @@ def _judge_batches(stage: LLMStage, output: StageOutput, out: Path, examples: di
         write_jsonl(out / names[n], [row | {k: by_id[row["id"]][k] for k in ACTOR_FIELDS} for row in rows])
         bar.update(len(batch))
     bar.close()
-    done = {"shards": names, "n_layers": llm.n_layers, "hidden_size": llm.hidden_size, "device": llm.device.type}
+    done = {"shards": names, "n_layers": teacher.n_layers, "hidden_size": teacher.hidden_size,
+            "device": teacher.device}
     write_json(out / "done.json", done)
     return done

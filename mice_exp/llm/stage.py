@@ -115,7 +115,7 @@ def batch_records(tokenizer: Any, batch: Sequence[K], examples: Mapping[K, Examp
                   prompts: Mapping[K, Prompt], gens: Sequence[Generation], fmt: CallFormat,
                   store_tokens: bool = False) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """The records and pooled arrays of a batch's generations, whether generated (:func:`run_batch`) or
-    teacher-forced (:func:`mice_exp.llm.replay.score_replies`): each layer's lens tokens as text, then
+    teacher-forced (:func:`mice_exp.llm.teacher.score_replies`): each layer's lens tokens as text, then
     :func:`make_record`."""
     lens_text = [tokenizer.batch_decode(g.lens_ids.tolist(), skip_special_tokens=True,
                                         clean_up_tokenization_spaces=False) for g in gens]

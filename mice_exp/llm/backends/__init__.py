@@ -31,6 +31,7 @@ ABILITIES = {"option_probs": "the next token's probabilities over the vocabulary
              "samples": "k sampled replies to one prompt"}
 DEFAULT = "hf"  # what a conf/llm entry without llm.backend generates with
 PREFIX_METHOD = "shared-prefix-1"  # sources from a transformers model's own forward passes; part of their cache key
+TEACHER_METHOD = "teacher-forced-1"  # replayed states from a transformers model's forward pass; part of their key
 
 
 class Backend:
@@ -43,6 +44,7 @@ class Backend:
     replays: ClassVar[bool] = True  # it has a transformers model whose forward passes replay a records file's states
     gives: ClassVar[frozenset[str]] = frozenset(ABILITIES)  # what its source runner answers
     source_method: ClassVar[str] = PREFIX_METHOD  # how its sources are computed: part of their cache key
+    replay_method: ClassVar[str] = TEACHER_METHOD  # how its teacher forces replies: part of the replays' cache key
     install: ClassVar[tuple[str, str] | None] = None  # a package beyond the main install, and how to get it
 
     def __init__(self, settings: Mapping[str, Any], models: Path, loaded: Any = None) -> None:
@@ -87,6 +89,18 @@ class Backend:
         from mice_exp.llm.model import load_hf  # loads torch
 
         return load_hf(self.settings, self.models)
+
+    def teacher(self) -> Any:
+        """What teacher-forces given replies after their prompts (:class:`~mice_exp.llm.teacher.Teacher`: a records
+        file's states, another LLM's calls judged, a call the gate scores): by default the forward model's passes."""
+        from mice_exp.llm.teacher import Teacher  # loads torch
+
+        return Teacher(self.forward_model())
+
+    def replay_suffix(self) -> str:
+        """What a judged records cache folder's name adds for this backend's teacher: nothing for the transformers
+        model's (the folders made before there were others keep their name), else its method."""
+        return "" if self.replay_method == TEACHER_METHOD else f"-{self.replay_method}"
 
     def source_runner(self) -> Any:
         """What computes the confidence sources (:mod:`mice_exp.llm.sources`): by default the forward model's own

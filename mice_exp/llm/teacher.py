@@ -1,0 +1,119 @@
+"""Given replies teacher-forced after their prompts: one forward pass, no decoding loop.
+
+What a records file's hidden states are replayed with (:mod:`mice_exp.llm.replay`), another LLM's calls judged
+with and a proposed call scored with (:meth:`mice_exp.gate.Gate.score`): every layer at the positions that predict
+each reply token, as the LLM stage captures them in its generating pass, up to float rounding. This is the
+transformers model's teacher (``hf``); an engine brings its own (:meth:`mice_exp.llm.backends.Backend.teacher`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from mice_exp.llm.capture import layer_states, lens_argmax
+from mice_exp.llm.generation import Generation, token_spans
+from mice_exp.llm.model import LLM
+
+
+def _forward(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
+             logits: bool) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """One teacher-forced forward over a batch of prompt + reply: per row, every layer at the positions that
+    predict each reply token ([max(T,1), L, d], an empty reply keeping the prompt's last position) and, with
+    ``logits``, each reply token's log-probability under the raw logits ([T]). Rows are left-padded as
+    generation pads them (positions counted from each row's first token), so every row's reply ends at the
+    last position and only the last max(T) positions' logits are computed; a lone row is not padded."""
+    counts = [max(len(r), 1) for r in replies]
+    rows = [list(p) + list(r[:n - 1]) for p, r, n in zip(prompts, replies, counts)]
+    width, tail = max(len(r) for r in rows), max(counts)
+    extra = {}
+    ids = torch.tensor([rows[0]], dtype=torch.long)
+    if len(rows) > 1:
+        ids = torch.full((len(rows), width), llm.tokenizer.pad_token_id or 0, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, row in enumerate(rows):
+            ids[b, width - len(row):], mask[b, width - len(row):] = torch.tensor(row, dtype=torch.long), 1
+        extra = {"attention_mask": mask.to(llm.device),
+                 "position_ids": (mask.cumsum(1) - 1).clamp(min=0).to(llm.device)}
+    captured: list[torch.Tensor | None] = [None] * llm.n_layers
+
+    def keep(index: int, hidden: torch.Tensor) -> None:
+        captured[index] = hidden[:, -tail:].to(torch.float32, copy=True)  # not a view pinning [B, S, d]
+
+    with layer_states(llm, keep):
+        out = llm.model(input_ids=ids.to(llm.device), use_cache=False, logits_to_keep=tail if logits else 1, **extra)
+    layers = torch.stack(captured, dim=2)  # [B, tail, L, d]
+    states = [layers[b, tail - n:] for b, n in enumerate(counts)]
+    if not logits:
+        return states, [None] * len(rows)
+    logp = []
+    for b, reply in enumerate(replies):
+        scores = torch.log_softmax(out.logits[b, tail - len(reply):].float(), dim=-1)
+        logp.append(scores.gather(1, torch.tensor(list(reply), dtype=torch.long, device=scores.device)[:, None])[:, 0])
+    return states, logp
+
+
+@torch.inference_mode()
+def replay_states(llm: LLM, prompt: Sequence[int], generated: Sequence[int]) -> np.ndarray:
+    """[max(T,1), L, d]: every layer's output (pre-norm) at the positions that predicted each of the T
+    generated tokens, as :func:`mice_exp.llm.capture.generate_batch` records them (an empty generation
+    keeps the prompt's last position)."""
+    return _forward(llm, [prompt], [generated], logits=False)[0][0].cpu().numpy()
+
+
+def reply_tokens(tokenizer: Any, text: str, ids: Sequence[int] | None = None) -> list[int]:
+    """The tokens a reply is teacher-forced as: ``ids`` (the tokens its LLM generated) where they decode to
+    ``text`` with this tokenizer (the same vocabulary: a model's own call keeps its own tokens, which need not
+    be how the tokenizer would split the text), else ``text`` tokenized."""
+    if ids is not None and token_spans(tokenizer, ids)[1] == text:
+        return list(ids)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+@torch.inference_mode()
+def score_replies(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> list[Generation]:
+    """Each reply's tokens (:func:`reply_tokens`) teacher-forced after its prompt in one forward pass
+    per batch: the :class:`~mice_exp.llm.capture.Generation` that generating it would have captured (its
+    tokens' probabilities under the raw logits, every layer's state and the logit lens of layers 1..L-1 at the
+    positions predicting each token), up to float rounding, with no decoding loop. What scoring a call that
+    someone else proposed (:meth:`mice_exp.gate.Gate.score`) and judging another LLM's records
+    (:func:`judge_records`) run on."""
+    ids = [list(r) for r in replies]
+    states, logp = _forward(llm, prompts, ids, logits=True)
+    return as_generations(llm, ids, states, logp)
+
+
+def as_generations(llm: LLM, ids: Sequence[list[int]], states: Sequence[torch.Tensor],
+                   logp: Sequence[torch.Tensor]) -> list[Generation]:
+    """Teacher-forced replies as the :class:`~mice_exp.llm.capture.Generation` generating them would have captured,
+    from every layer's states at the positions predicting each token ([max(T,1), L, d]) and each token's
+    log-probability ([T]): the logit lens of layers 1..L-1 through ``llm``'s final norm and unembedding."""
+    tokenizer, n_lens = llm.tokenizer, llm.n_layers - 1
+    lens = lens_argmax(llm, torch.cat([s[:len(r), :n_lens].reshape(-1, s.shape[-1]) for s, r in zip(states, ids)]))
+    out, cursor = [], 0
+    for reply, state, lp in zip(ids, states, logp):
+        offsets, text = token_spans(tokenizer, reply)
+        block = lens[cursor:cursor + len(reply) * n_lens].reshape(len(reply), n_lens).T
+        cursor += len(reply) * n_lens
+        out.append(Generation(token_ids=reply, token_probs=lp.exp().cpu().numpy().astype(np.float64), text=text,
+                              offsets=offsets, lens_ids=block.cpu().numpy().astype(np.int32),
+                              states=state.cpu().numpy()))
+    return out
+
+
+class Teacher:
+    """Given replies teacher-forced after their prompts on a transformers model (``hf``; what every backend without
+    an engine of its own replays on). ``states``: a records file's call, every layer at the positions the stage
+    captured; ``score``: :func:`score_replies`."""
+
+    def __init__(self, llm: LLM):
+        self.llm, self.tokenizer = llm, llm.tokenizer
+        self.n_layers, self.hidden_size, self.device = llm.n_layers, llm.hidden_size, llm.device.type
+
+    def states(self, prompt: Sequence[int], generated: Sequence[int]) -> np.ndarray:
+        return replay_states(self.llm, prompt, generated)
+
+    def score(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> list[Generation]:
+        return score_replies(self.llm, prompts, replies)
