@@ -280,3 +280,34 @@ def test_vllm_teacher_forces_given_replies_on_its_engine(engine_stage):
     np.testing.assert_allclose(engine.states(prompts[0], replies[0]), local.states(prompts[0], replies[0]),
                                rtol=1e-3, atol=1e-3)
     assert written_states(stage) == []
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed in this Python (make vllm; .venv-vllm/bin/pytest)")
+@pytest.mark.timeout(900)
+def test_a_gate_checks_and_scores_on_the_engine(engine_stage, tmp_path):
+    """``mice-exp serve llm.backend=vllm``: the gate generates and teacher-forces on the engine, and a call it is
+    given scores as on the transformers model (same lens strings, same features, probability to 1e-3)."""
+    from mice_exp.estimators import MiceLogisticRegression
+    from mice_exp.features import build_features
+    from mice_exp.gate import Gate
+    from mice_exp.gate.artifact import save_gate
+    from mice_exp.paths import Paths
+    from tests.test_gate import WEATHER, ask
+    from tests.test_gate_score import CALL
+
+    cfg, local = tiny_cfg(**ONE_HEAD), one_head_llm()
+    paths = Paths(root=PACKAGE_ROOT, cache=cache_sharing_models(tmp_path / "cache"))
+    pipeline = Pipeline.from_config(cfg, paths, local)
+    out = pipeline.stage.run()
+    fs = build_features(cfg["features"], read_stage(out), paths.features)
+    estimator = MiceLogisticRegression(C=1e6).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
+    folder = save_gate(tmp_path / "gate", pipeline, estimator, fs.view, pipeline.stage.selection.examples,
+                       llm_stage=read_stage(out).info)
+    stage, _ = engine_stage
+    on_engine = Gate.load(folder, llm=stage.backend.generator(), backend="vllm")
+    on_hf = Gate.load(folder, llm=local)
+    checked = on_engine.check(ask("What is the weather in Paris?"), [WEATHER])
+    assert 0 <= checked.probability <= 1
+    scored, expected = (g.score(ask("What is the weather in Paris?"), [WEATHER], CALL) for g in (on_engine, on_hf))
+    assert scored.probability == pytest.approx(expected.probability, abs=1e-3)
+    assert written_states(stage) == []

@@ -92,9 +92,10 @@ def load_gate(opts: dict[str, str], overrides: Sequence[str], cfg: dict) -> Gate
     given = {o.split("=", 1)[0] for o in overrides}
     device = opts.get("device") or (cfg["llm"]["device"] if "llm.device" in given else None)
     batch = opts.get("batch_size") or (cfg["llm"]["batch_size"] if "llm.batch_size" in given else None)
+    backend = cfg["llm"]["backend"] if "llm.backend" in given else None
     paths = paths_from(cfg["paths"])
     loaded = Gate.load(opts["model"], expect=cfg, parts=[p for p in ("llm", "features") if p in groups],
-                       device=device, batch_size=int(batch) if batch else None,
+                       device=device, batch_size=int(batch) if batch else None, backend=backend,
                        models=paths.models, tracking=cfg["tracking"], root=paths.root)
     if "risk" in groups:
         loaded.set_risk(cfg["risk"])
