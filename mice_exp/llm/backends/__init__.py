@@ -139,6 +139,22 @@ class Backend:
                                 f"({', '.join(n for n, asks in needs.items() if asks in cls.gives) or 'none'})")
 
 
+class SeededSources:
+    """A source runner that seeds each call's samples apart (the batch's seed and the call's position in it), so a
+    resumed batch draws what the first run drew; ``openai``'s and ``vllm``'s. ``call`` builds a call's asker."""
+
+    def __init__(self, tokenizer: Any, eos: Sequence[int]) -> None:
+        self.tokenizer, self.eos = tokenizer, eos
+        self.seed = self.calls = 0
+
+    def start_batch(self, seed: int) -> None:
+        self.seed, self.calls = seed, 0
+
+    def next_seed(self) -> int:
+        self.calls += 1
+        return self.seed * 10_000 + self.calls
+
+
 def builtin() -> list[str]:
     """The backends of this package: its modules but the private ones."""
     return [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from mice_exp.errors import UserError
-from mice_exp.llm.backends import Backend
+from mice_exp.llm.backends import Backend, SeededSources
 from mice_exp.llm.generation import Generation, truncate
 from mice_exp.llm.prompt import option_token_ids
 from mice_exp.llm.toolcall import REACT, CallFormat
@@ -175,22 +175,17 @@ class EndpointCall:
         return [self.endpoint.token_ids(c) for c in choices]
 
 
-class EndpointSources:
+class EndpointSources(SeededSources):
     """The confidence sources of a black-box model (``llm.backend=openai``): P(True) from the log-probabilities the
     server gives the option tokens, the verbalized and way-out replies greedy, the k samples of self-consistency
-    and semantic entropy drawn by the server, each call with its own seed (the batch's seed and its position)."""
+    and semantic entropy drawn by the server, each call seeded apart."""
 
     def __init__(self, endpoint: Endpoint):
+        super().__init__(endpoint.tokenizer, endpoint.eos)
         self.endpoint = endpoint
-        self.tokenizer, self.eos = endpoint.tokenizer, endpoint.eos
-        self.seed = self.calls = 0
-
-    def start_batch(self, seed: int) -> None:
-        self.seed, self.calls = seed, 0
 
     def call(self, prompts: Sequence[Sequence[int]]) -> EndpointCall:
-        self.calls += 1
-        return EndpointCall(self.endpoint, self.seed * 10_000 + self.calls)
+        return EndpointCall(self.endpoint, self.next_seed())
 
 
 def _cut_text(tokens: Sequence[str], fmt: CallFormat) -> tuple[list[tuple[int, int]], str]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from mice_exp.llm.backends import Backend
+from mice_exp.llm.backends import Backend, SeededSources
 from mice_exp.llm.generation import Generation, truncate
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import option_token_ids
@@ -183,20 +183,15 @@ class EngineCall:
         return [list(sample.token_ids) for sample in sorted(outputs, key=lambda s: s.index)]
 
 
-class EngineSources:
-    """The confidence sources of ``llm.backend=vllm``, on its engine; each call with its own seed (the batch's seed
-    and its position), as ``openai``'s are."""
+class EngineSources(SeededSources):
+    """The confidence sources of ``llm.backend=vllm``, on its engine; each call seeded apart, as ``openai``'s are."""
 
     def __init__(self, engine: VLLMEngine):
-        self.engine, self.tokenizer, self.eos = engine, engine.tokenizer, engine.eos
-        self.seed = self.calls = 0
-
-    def start_batch(self, seed: int) -> None:
-        self.seed, self.calls = seed, 0
+        super().__init__(engine.tokenizer, engine.eos)
+        self.engine = engine
 
     def call(self, prompts: Sequence[Sequence[int]]) -> EngineCall:
-        self.calls += 1
-        return EngineCall(self.engine, self.seed * 10_000 + self.calls)
+        return EngineCall(self.engine, self.next_seed())
 
 
 class VLLM(Backend):
