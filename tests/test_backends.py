@@ -304,7 +304,7 @@ def test_a_gate_checks_and_scores_on_the_engine(engine_stage, tmp_path):
     folder = save_gate(tmp_path / "gate", pipeline, estimator, fs.view, pipeline.stage.selection.examples,
                        llm_stage=read_stage(out).info)
     stage, _ = engine_stage
-    on_engine = Gate.load(folder, llm=stage.backend.generator(), backend="vllm")
+    on_engine = Gate.load(folder, llm=stage.backend.generator(), engine={"backend": "vllm"})
     on_hf = Gate.load(folder, llm=local)
     checked = on_engine.check(ask("What is the weather in Paris?"), [WEATHER])
     assert 0 <= checked.probability <= 1

@@ -46,6 +46,7 @@ FILE_ENTRIES = ("estimator", "view", "demo_pool")
 
 # Keys that decide what the LLM generates (device and batch size do not enter the gate's identity).
 LLM_IDENTITY = ("name", "source", "dtype", "max_new_tokens", "context_window")
+ENGINE_SETTINGS = ("backend",)  # llm settings a gate may run under other than its saved ones (what runs the LLM)
 FEATURE_IDENTITY = ("view", "layers", "confidence", "components", "sources")
 ENCODER_IDENTITY = ("model", "num_layers")
 

@@ -21,7 +21,7 @@ from mice_exp.cache import write_text
 from mice_exp.compose import as_plain, compose_config, wants_help
 from mice_exp.config import check_config
 from mice_exp.errors import UserError, fail
-from mice_exp.gate.artifact import risk_entry
+from mice_exp.gate.artifact import ENGINE_SETTINGS, risk_entry
 from mice_exp.gate.chat import InvalidRequest, check_tau
 from mice_exp.gate.gate import Gate
 from mice_exp.gate.queries import read_queries
@@ -92,10 +92,10 @@ def load_gate(opts: dict[str, str], overrides: Sequence[str], cfg: dict) -> Gate
     given = {o.split("=", 1)[0] for o in overrides}
     device = opts.get("device") or (cfg["llm"]["device"] if "llm.device" in given else None)
     batch = opts.get("batch_size") or (cfg["llm"]["batch_size"] if "llm.batch_size" in given else None)
-    backend = cfg["llm"]["backend"] if "llm.backend" in given else None
+    engine = {key: cfg["llm"][key] for key in ENGINE_SETTINGS if f"llm.{key}" in given}  # e.g. llm.backend=vllm
     paths = paths_from(cfg["paths"])
     loaded = Gate.load(opts["model"], expect=cfg, parts=[p for p in ("llm", "features") if p in groups],
-                       device=device, batch_size=int(batch) if batch else None, backend=backend,
+                       device=device, batch_size=int(batch) if batch else None, engine=engine,
                        models=paths.models, tracking=cfg["tracking"], root=paths.root)
     if "risk" in groups:
         loaded.set_risk(cfg["risk"])

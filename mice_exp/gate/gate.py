@@ -97,15 +97,14 @@ class Gate:
     """A saved pipeline that answers queries; build it with :meth:`load`."""
 
     def __init__(self, folder: Path, spec: dict[str, Any], estimator: Any, view: Any, pool: list, *, llm: Any = None,
-                 device: str | None = None, batch_size: int | None = None, backend: str | None = None,
+                 device: str | None = None, batch_size: int | None = None, engine: Mapping[str, Any] | None = None,
                  models: Path | None = None, keep: Any = None) -> None:
         self.folder = Path(folder)
         self.spec = spec
         self.estimator = estimator
         self.view = view  # the run's fitted feature view; None in a gate saved before gates kept it
         self.pool = pool
-        self.llm_cfg = dict(spec["llm"]) | ({"device": device} if device else {}) | (
-            {"backend": backend} if backend else {})
+        self.llm_cfg = dict(spec["llm"]) | ({"device": device} if device else {}) | dict(engine or {})
         if batch_size:
             self.llm_cfg["batch_size"] = int(batch_size)
         templates = {role: str(self.folder / rel) for role, rel in spec["templates"].items()}
@@ -126,7 +125,7 @@ class Gate:
     @classmethod
     def load(cls, source: str | Path, *, expect: Mapping[str, Any] | None = None,
              parts: Sequence[str] = ("llm", "features"), llm: Any = None, device: str | None = None,
-             batch_size: int | None = None, backend: str | None = None, models: Path | None = None,
+             batch_size: int | None = None, engine: Mapping[str, Any] | None = None, models: Path | None = None,
              tracking: Mapping[str, Any] | str | None = None, root: Path | None = None) -> Gate:
         """Load a gate folder, or the folder behind ``runs:/<id>/gate`` / ``models:/<name>/<version>``.
 
@@ -134,8 +133,9 @@ class Gate:
             expect: a pipeline config; its ``llm`` / ``features`` (those named in ``parts``) must be
                 the gate's, else a one-line UserError refuses it before anything heavy loads.
             llm: an already loaded :class:`mice_exp.llm.model.LLM` to use (else loaded on first use).
-            device, batch_size, backend: override where, in what batches and on what engine (``llm.backend``:
-                ``hf``, ``vllm``) the LLM runs; they do not change the gate's identity.
+            device, batch_size: override where and in what batches the LLM runs; ``engine``: llm settings of
+                what runs it (``{"backend": "vllm"}``: :data:`~mice_exp.gate.artifact.ENGINE_SETTINGS`). None of
+                them changes the gate's identity.
             models: the model cache (``Paths.models``) the LLM is loaded or converted into.
             tracking: the ``tracking`` config (or a tracking URI) for MLflow sources; default: the
                 project's embedded store.
@@ -164,7 +164,7 @@ class Gate:
             # BERTScores computed, not cached: every batch of queries is a stage keyed "gate"
             view = set_runtime(load_view(folder / VIEW_FILE, spec["view"]["class"]), None, int(spec["seed"]))
         return cls(folder, spec, estimator, view, load_pool(folder / POOL_FILE), llm=llm, device=device,
-                   batch_size=batch_size, backend=backend, models=models, keep=keep)
+                   batch_size=batch_size, engine=engine, models=models, keep=keep)
 
     @property
     def tau(self) -> float:
