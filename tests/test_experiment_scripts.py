@@ -58,7 +58,8 @@ def test_format_comparison_is_the_published_one() -> None:
 
 
 def test_ste_format_comparison_is_the_published_one() -> None:
-    paths = [str(RECORDS / f"ste-smollm2_135m{suffix}.jsonl.gz") for suffix in ("", "-json_tools")]
+    paths = [str(RECORDS / f"ste-{llm}{suffix}.jsonl.gz") for llm in ("smollm2_135m", "gemma3_270m")
+             for suffix in ("", "-json_tools")]
     assert missing_from("json_tools/README.md", script("bfcl/formats.py").main(paths)) == []
 
 
