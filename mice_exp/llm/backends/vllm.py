@@ -78,18 +78,13 @@ class VLLMEngine:
 
     def _generation(self, out: Any, prompt_len: int, fmt: CallFormat) -> Generation:
         import torch
-        from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
-            cleanup_hidden_states, load_hidden_states)
 
         sample = out.outputs[0]
         generated = list(sample.token_ids)
         chosen = [step[token].logprob for step, token in zip(sample.logprobs, generated)]
         ids, offsets, text = truncate(self.tokenizer, generated, self.eos, fmt)
         n = len(ids)
-        path = out.kv_transfer_params["hidden_states_path"]
-        states = load_hidden_states(path)["hidden_states"]  # [prompt + generated - 1, L, d]
-        cleanup_hidden_states(path)
-        kept = states[prompt_len - 1: prompt_len - 1 + max(n, 1)].float()  # the positions predicting y_1..y_n
+        kept = read_states(out, prompt_len, n)
         n_lens = self.n_layers - 1
         from mice_exp.llm.capture import lens_argmax  # loads torch
 
@@ -98,6 +93,19 @@ class VLLMEngine:
         block = lens.cpu().numpy().reshape(n, n_lens).T.astype(np.int32)
         return Generation(token_ids=ids, token_probs=np.exp(np.array(chosen[:n], dtype=np.float64)), text=text,
                           offsets=offsets, lens_ids=block, states=kept.numpy())
+
+
+def read_states(out: Any, prompt_len: int, n: int) -> Any:
+    """A finished request's states, read from the connector's file and the file removed: every layer at the
+    positions predicting the n tokens after the prompt's ``prompt_len`` ([max(n,1), L, d], float32; with none, the
+    prompt's last position)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+        cleanup_hidden_states, load_hidden_states)
+
+    path = out.kv_transfer_params["hidden_states_path"]
+    states = load_hidden_states(path)["hidden_states"]  # [tokens fed - 1 or tokens fed, L, d]
+    cleanup_hidden_states(path)
+    return states[prompt_len - 1: prompt_len - 1 + max(n, 1)].float()
 
 
 class EngineTeacher:
@@ -113,20 +121,12 @@ class EngineTeacher:
     def _prefill(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> list[Any]:
         """[max(T,1), L, d] per row (an empty reply keeping the prompt's last position), in float32."""
         from vllm import SamplingParams, TokensPrompt
-        from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
-            cleanup_hidden_states, load_hidden_states)
 
-        counts = [max(len(r), 1) for r in replies]
-        rows = [list(p) + list(r[:n - 1]) for p, r, n in zip(prompts, replies, counts)]
+        rows = [list(p) + list(r[:len(r) - 1]) for p, r in zip(prompts, replies)]
         params = SamplingParams(temperature=0.0, max_tokens=1, detokenize=False)
         outputs = self.engine.engine.generate([TokensPrompt(prompt_token_ids=row) for row in rows], params,
                                               use_tqdm=False)
-        states = []
-        for out, prompt, n in zip(outputs, prompts, counts):
-            path = out.kv_transfer_params["hidden_states_path"]
-            states.append(load_hidden_states(path)["hidden_states"][len(prompt) - 1: len(prompt) - 1 + n].float())
-            cleanup_hidden_states(path)
-        return states
+        return [read_states(out, len(p), len(r)) for out, p, r in zip(outputs, prompts, replies)]
 
     def states(self, prompt: Sequence[int], generated: Sequence[int]) -> np.ndarray:
         return self._prefill([prompt], [generated])[0].numpy()
