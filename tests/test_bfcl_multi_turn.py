@@ -11,6 +11,7 @@ import pytest
 from conftest import tiny_run
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.data import make_dataset
+from mice_exp.data.bfcl_multi_turn import checker_agreement
 from mice_exp.data.labels import call_expected, gold_api, is_correct
 from mice_exp.errors import UserError
 from mice_exp.llm.prompt import PromptBuilder
@@ -106,3 +107,16 @@ def test_a_conversation_whose_gold_cannot_be_replayed_is_skipped_and_counted(tmp
     assert dataset.skipped == {"conversations with a gold call naming no function of its classes": 1}
     assert {e.gold["entry"]["id"] for e in selection.examples} == {"multi_turn_base_1"}
     assert "1 items skipped" in caplog.text
+
+
+def test_bfcl_s_own_checker_agrees_with_the_step_labels_on_gold_and_on_a_wrong_call(tmp_path):
+    _, selection = steps(tmp_path, "dataset.max_conversations=1")
+    first = [e for e in selection.examples if e.gold["call"] is not None]
+    gold = {e.id: e.gold["call"] for e in first}
+    by_step, by_conversation = checker_agreement(first, gold)
+    assert all(by_step.values()) and by_conversation == {"multi_turn_base_0": True}
+    mkdir = next(e for e in first if e.gold["call"] == ("mkdir", {"dir_name": "temp"}))
+    for wrong in [("mkdir", {"dir_name": "tmp"}), None, ("__import__('os').getcwd", {})]:
+        by_step, by_conversation = checker_agreement(first, {**gold, mkdir.id: wrong})
+        assert not by_step[mkdir.id] and not is_correct(mkdir, *(wrong or (None, None)))
+        assert sum(by_step.values()) == len(first) - 1 and by_conversation == {"multi_turn_base_0": False}

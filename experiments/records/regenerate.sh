@@ -12,8 +12,8 @@ out=experiments/records/ste-$llm.jsonl.gz
 run() { echo "[$(date -u +%FT%TZ)] $*"; /usr/bin/time -f "wall %e s, user %U s, max RSS %M KB" "$@"; }
 py=${PYTHON:-.venv/bin/python}
 [ "$step" -le 1 ] && run "$py" -m mice_exp records llm="$llm" output="$out" force=true
-[ "$step" -le 2 ] && run "$py" -m mice_exp records llm="$llm" llm.records="$out" +experiment=action_belief \
+[ "$step" -le 2 ] && run "$py" -m mice_exp records llm="$llm" llm.records="$out" \
     "sources.use=[p_true,verbalized,acts]" output="$out"
-[ "$step" -le 3 ] && run "$py" -m mice_exp records llm="$llm" llm.records="$out" +experiment=action_belief \
-    "sources.use=[consistency,semantic_entropy]" output="$out"
+[ "$step" -le 3 ] && run "$py" -m mice_exp records llm="$llm" llm.records="$out" \
+    "sources.use=[consistency,semantic_entropy]" "sources.consistency.splits=[test]" output="$out"
 echo "[$(date -u +%FT%TZ)] done: $out"

@@ -28,15 +28,19 @@ import ast
 import copy
 import importlib
 import inspect
+import itertools
 import json
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
 from bfcl_eval.constants.executable_backend_config import (CLASS_FILE_PATH_MAPPING, MULTI_TURN_FUNC_DOC_FILE_MAPPING,
                                                            STATELESS_CLASSES)
-from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import response_checker, state_checker
+from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (multi_turn_checker, response_checker,
+                                                                       state_checker)
 
 from mice_exp.data.bfcl import bfcl_data_dir
 from mice_exp.data.dataset import Dataset
@@ -229,3 +233,64 @@ def conversation_steps(category: str, entry: dict[str, Any], ground_truth: list[
                 history.append(call)
                 turns += [Turn("assistant", calls=(call,)), Turn("tool", result)]
     return steps
+
+
+Call = tuple[str, dict[str, Any]]
+_CHECK_RUNS = itertools.count()
+
+
+def call_string(call: Call) -> str:
+    """A call as BFCL's decoded model output writes it (``mv(source='a', destination='b')``). A name that is not a
+    Python identifier (BFCL ``eval``s these strings) becomes a call of no function, which its executor answers
+    with an error, as it would the unparseable name."""
+    name, args = call
+    if not name.isidentifier() or not all(isinstance(k, str) and k.isidentifier() for k in args):
+        return "not_a_function_of_the_classes()"
+    return f"{name}({', '.join(f'{key}={value!r}' for key, value in args.items())})"
+
+
+def bfcl_checker(entry: Mapping[str, Any], model: Sequence[Sequence[Call]], gold: Sequence[Sequence[Call]]) -> bool:
+    """``bfcl-eval``'s own ``multi_turn_checker`` as its eval runner calls it: ``model`` and ``gold`` hold one list of
+    calls per turn (each model call one step). Its executor keeps the backends of a (model, conversation) pair in
+    module globals across turns; each check gets its own name and drops them after."""
+    name = f"mice_exp_check_{next(_CHECK_RUNS)}"
+    decoded = [[[call_string(c)] for c in turn] for turn in model]
+    try:
+        return bool(multi_turn_checker(decoded, [[call_string(c) for c in turn] for turn in gold], dict(entry),
+                                       entry["category"], name)["valid"])
+    finally:
+        for key in [k for k in vars(multi_turn_utils) if k.startswith(name)]:
+            delattr(multi_turn_utils, key)
+
+
+def checker_agreement(steps: Sequence[Example],
+                      calls: Mapping[str, Call | None]) -> tuple[dict[str, bool], dict[str, bool]]:
+    """BFCL's own checker on the project's decoded calls (``calls``: step id -> the model's call, None for none), to
+    set beside :class:`MultiTurnLabels`. Per step: the conversation up to the step's turn, every call gold but the
+    step's, which is the model's (no call: left out). Per conversation: every step the model's (each generated
+    after the gold history, so this is the checker on the steps put together, not on a free-running agent).
+    Steps whose gold is no call are left out of both (bfcl-eval's runner does not call its irrelevance checker)."""
+    conversations: dict[str, list[Example]] = defaultdict(list)
+    for step in steps:
+        conversations[step.gold["entry"]["id"]].append(step)
+    by_step: dict[str, bool] = {}
+    by_conversation: dict[str, bool] = {}
+    for conversation_id, members in conversations.items():
+        entry = members[0].gold["entry"]
+        gold = [[] for _ in entry["question"]]
+        position = {}
+        for step in members:
+            turn = int(step.id.rsplit("/", 2)[1])
+            if step.gold["call"] is not None:
+                position[step.id] = (turn, len(gold[turn]))
+                gold[turn].append(step.gold["call"])
+        for step_id, (turn, index) in position.items():
+            model = [list(calls) for calls in gold[: turn + 1]]
+            model[turn][index: index + 1] = [calls[step_id]] if calls[step_id] is not None else []
+            by_step[step_id] = bfcl_checker(entry, model, gold[: turn + 1])
+        model = [[] for _ in gold]
+        for step_id, (turn, _) in position.items():
+            if calls[step_id] is not None:
+                model[turn].append(calls[step_id])
+        by_conversation[conversation_id] = bfcl_checker(entry, model, gold)
+    return by_step, by_conversation
