@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--gate", default=str(PACKAGE_ROOT / "experiments" / "abstention" / "gate-smollm2_135m"))
     parser.add_argument("--apis", type=int, default=3)
     parser.add_argument("--limit", type=int, default=None, help="only the first N queries (a check that it runs)")
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=8, help="1: one request at a time only")
     args = parser.parse_args()
     print(f"load average at start {os.getloadavg()}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} cores")
@@ -105,7 +105,8 @@ def main() -> None:
     print(f"gate {gate.describe()}; {len(items)} queries of the first {args.apis} STE APIs")
     gate.check(*items[0][:2])  # the first request pays one-off costs (BERTScore's encoder, allocator)
     results: dict[str, dict[str, dict[str, float]]] = {}
-    for mode, size in (("sequential", 1), (f"{args.concurrency} concurrent", args.concurrency)):
+    modes = [("sequential", 1)] + ([(f"{args.concurrency} concurrent", args.concurrency)] if args.concurrency > 1 else [])
+    for mode, size in modes:
         print(mode)
         decisions: list[Any] = []
         lat, wall = timed(lambda b: decisions.extend(gate.check_batch([(m, t) for m, t, _ in b])), items, size)
@@ -122,10 +123,9 @@ def main() -> None:
         r = results[mode]
         print(f"  score / forward at p50 {r['score']['p50'] / r['forward']['p50']:.2f}x; "
               f"score / check at p50 {r['score']['p50'] / r['check']['p50']:.2f}x")
-    seq, con = results["sequential"], results[f"{args.concurrency} concurrent"]
-    for name in ("check", "score", "forward"):
+    for name in ("check", "score", "forward") if len(modes) > 1 else ():
         print(f"{name}: {args.concurrency} concurrent / sequential throughput "
-              f"{con[name]['throughput'] / seq[name]['throughput']:.2f}x")
+              f"{results[modes[1][0]][name]['throughput'] / results['sequential'][name]['throughput']:.2f}x")
     print(f"load average at end {os.getloadavg()}")
 
 

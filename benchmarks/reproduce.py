@@ -1,0 +1,144 @@
+"""The paper from scratch, timed: one LLM's whole records and every preset built from them, per ``llm.backend``.
+
+For each backend (``hf``, ``vllm``), in a cache of its own (the model folders shared), the same commands
+``experiments/records/regenerate.sh`` runs, then every preset on the records:
+
+1. ``stage``: the LLM stage (generation with capture, labels) on the selected STE calls;
+2. ``sources``: P(True), verbalized confidence and the way-out prompt;
+3. ``samples``: self-consistency's k = 10 samples and their semantic entropy (test calls);
+4. one ``mice-exp -m +experiment=<preset> llm.records=...`` per preset (its hidden states replayed on the
+   same backend where the preset reads them).
+
+Each step is a subprocess under ``/usr/bin/time`` (wall, user + system CPU, peak resident memory of the
+step's largest process). Printed: a table of steps x backends and the ratio to ``hf``, and whether the two
+backends' records give every call the same label (and how many calls the same generated tokens).
+
+    .venv-vllm/bin/python benchmarks/reproduce.py [--llm smollm2_135m] [--apis 3] [--backends hf,vllm]
+    .venv-vllm/bin/python benchmarks/reproduce.py --apis all --backends vllm     # all 750 calls (hours on a CPU)
+
+    .venv-vllm/bin/python benchmarks/reproduce.py --llm tiny_random --presets table1 \\
+        llm.source.architecture.num_attention_heads=1 llm.source.architecture.num_key_value_heads=1  # a check
+
+``--apis 3`` is the 45-call subset (``+scale=small``'s); ``--presets`` picks presets (default: all of
+``conf/experiment``). Run it on a quiet machine (load average < 1.5, printed at the start and the end) from a
+venv that has vLLM (``make vllm``); ``--json FILE`` keeps the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = tuple(sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")))
+#: The records steps (``experiments/records/regenerate.sh``), as ``mice-exp`` arguments; {out}: the records file.
+RECORDS = (("stage", ["records", "output={out}", "force=true"]),
+           ("sources", ["records", "llm.records={out}", "sources.use=[p_true,verbalized,acts]", "output={out}"]),
+           ("samples", ["records", "llm.records={out}", "sources.use=[consistency,semantic_entropy]",
+                        "sources.consistency.splits=[test]", "output={out}"]))
+TIME = re.compile(r"^reproduce-time wall (\S+) user (\S+) sys (\S+) rss (\S+)$", re.M)
+
+
+def steps(presets: list[str]) -> list[tuple[str, list[str]]]:
+    return [*RECORDS, *((p, ["-m", f"+experiment={p}", "llm.records={out}"]) for p in presets)]
+
+
+def run_step(args: list[str], log: Path) -> dict[str, float]:
+    """One ``mice-exp`` command under ``/usr/bin/time``; its output appended to ``log``."""
+    command = ["/usr/bin/time", "-f", "reproduce-time wall %e user %U sys %S rss %M", sys.executable, "-m", "mice_exp",
+               *args]
+    with log.open("a") as out:
+        out.write(f"\n$ {' '.join(command[3:])}\n")
+        out.flush()
+        done = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False)
+    found = TIME.findall(log.read_text())
+    if done.returncode or not found:
+        sys.exit(f"reproduce: `mice-exp {' '.join(args)}` failed (exit {done.returncode}); its output: {log}")
+    wall, user, system, rss = (float(v) for v in found[-1])
+    return {"wall_s": wall, "cpu_s": user + system, "peak_rss_gib": rss / 2**20}
+
+
+def records(path: Path) -> dict[str, dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return {r["id"]: r for r in map(json.loads, list(handle)[1:])}
+
+
+def sameness(first: Path, second: Path) -> dict[str, int]:
+    """Calls of two backends' records: how many, with the same label, with the same generated tokens."""
+    a, b = records(first), records(second)
+    ids = sorted(set(a) & set(b))
+    return {"calls": len(ids), "only_one": len(set(a) ^ set(b)),
+            "same_label": sum(a[i]["label"] == b[i]["label"] for i in ids),
+            "same_tokens": sum(a[i]["token_ids"] == b[i]["token_ids"] for i in ids)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--llm", default="smollm2_135m")
+    parser.add_argument("--apis", default="3", help="the first N STE APIs (3: 45 calls), or 'all' (750)")
+    parser.add_argument("--backends", default="hf,vllm")
+    parser.add_argument("--presets", default=",".join(PRESETS))
+    parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "reproduce",
+                        help="each backend's cache, records, multirun folders and log (emptied first)")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every step (e.g. a tiny model's shape)")
+    args = parser.parse_args()
+    backends, presets = args.backends.split(","), [p for p in args.presets.split(",") if p]
+    unknown = sorted(set(presets) - set(PRESETS))
+    if unknown:
+        sys.exit(f"--presets: {', '.join(unknown)} not in conf/experiment; expected some of {', '.join(PRESETS)}")
+    if args.apis != "all" and not args.apis.isdigit():
+        sys.exit(f"--apis={args.apis!r}: expected a number of STE APIs or 'all'")
+    scale = [] if args.apis == "all" else ["+scale=small", f"dataset.max_apis={args.apis}"]
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    print(f"{args.llm}, STE APIs {args.apis}, {cpu}, {os.cpu_count()} cores; load average at start "
+          f"{os.getloadavg()}", flush=True)
+    figures: dict[str, dict[str, dict[str, float]]] = {}
+    for backend in backends:
+        folder = args.dir / backend
+        subprocess.run(["rm", "-rf", str(folder)], check=True)
+        (folder / "cache").mkdir(parents=True)
+        (folder / "cache" / "models").symlink_to(ROOT / ".cache" / "models")
+        out = folder / "records.jsonl.gz"
+        common = [f"llm={args.llm}", f"llm.backend={backend}", f"paths.cache={folder / 'cache'}",
+                  f"hydra.sweep.dir={folder / 'multirun'}", "tracking.enabled=false", *scale, *args.overrides]
+        figures[backend] = {}
+        for name, step in steps(presets):
+            started = time.perf_counter()
+            print(f"  {backend:5s} {name:18s}", end="", flush=True)
+            for_preset = [] if step[0] == "records" else [f"hydra.sweep.subdir={name}/${{hydra.job.num}}"]
+            figures[backend][name] = run_step([a.format(out=out) for a in step] + common + for_preset,
+                                              folder / "log.txt")
+            print(f" {time.perf_counter() - started:9.1f} s", flush=True)
+    print(f"load average at end {os.getloadavg()}\n")
+    names = [name for name, _ in steps(presets)]
+    print(f"{'step':18s}" + "".join(f"{b:>12s}" for b in backends) + "".join(f"{b + '/' + backends[0]:>12s}"
+                                                                             for b in backends[1:]))
+    for name in [*names, "total"]:
+        walls = [sum(f["wall_s"] for f in figures[b].values()) if name == "total" else figures[b][name]["wall_s"]
+                 for b in backends]
+        print(f"{name:18s}" + "".join(f"{w:11.1f}s" for w in walls) + "".join(f"{w / walls[0]:11.2f}x"
+                                                                              for w in walls[1:]))
+    print("peak RSS " + ", ".join(f"{b} {max(f['peak_rss_gib'] for f in figures[b].values()):.2f} GiB"
+                                  for b in backends))
+    same = {b: sameness(args.dir / backends[0] / "records.jsonl.gz", args.dir / b / "records.jsonl.gz")
+            for b in backends[1:]}
+    for b, s in same.items():
+        print(f"{b} against {backends[0]}: {s['same_label']} / {s['calls']} calls with the same label, "
+              f"{s['same_tokens']} with the same tokens ({s['only_one']} in one file only)")
+    if args.json:
+        args.json.write_text(json.dumps({"llm": args.llm, "apis": args.apis, "cpu": cpu, "figures": figures,
+                                         "sameness": same}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
