@@ -37,6 +37,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = tuple(sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")))
 #: The records steps (``experiments/records/regenerate.sh``), as ``mice-exp`` arguments; {out}: the records file.
@@ -78,6 +81,48 @@ def sameness(first: Path, second: Path) -> dict[str, int]:
     return {"calls": len(ids), "only_one": len(set(a) ^ set(b)),
             "same_label": sum(a[i]["label"] == b[i]["label"] for i in ids),
             "same_tokens": sum(a[i]["token_ids"] == b[i]["token_ids"] for i in ids)}
+
+
+def interval(values: np.ndarray, labels: np.ndarray, draws: int = 1000) -> list[float]:
+    """The AUROC of ``values`` against ``labels`` with a 95% percentile bootstrap interval over calls (resamples
+    of one class skipped; nan where the labels have one class)."""
+    if len(set(labels)) < 2:
+        return [float("nan")] * 3
+    rng = np.random.default_rng(0)
+    picks = (rng.integers(0, len(values), len(values)) for _ in range(draws))
+    samples = [roc_auc_score(labels[i], values[i]) for i in picks if len(set(labels[i])) == 2]
+    low, high = np.percentile(samples, [2.5, 97.5])
+    return [float(roc_auc_score(labels, values)), float(low), float(high)]
+
+
+def source_agreement(first: Path, second: Path) -> dict[str, dict[str, object]]:
+    """Each confidence source of two backends' records on the calls both scored: P(True)'s largest difference,
+    how many greedy answers (verbalized, way-out) are equal, and the sampled sources as distributions (mean,
+    AUROC against the first file's labels with bootstrap intervals, of minus the entropy for semantic entropy:
+    seeded samples differ by engine)."""
+    a, b = records(first), records(second)
+    out: dict[str, dict[str, object]] = {}
+    for name in ("p_true", "verbalized", "acts", "consistency", "semantic_entropy"):
+        ids = sorted(i for i in set(a) & set(b) if name in (a[i].get("sources") or {})
+                     and name in (b[i].get("sources") or {}))
+        if not ids:
+            continue
+        x = np.array([a[i]["sources"][name] for i in ids], dtype=float)
+        y = np.array([b[i]["sources"][name] for i in ids], dtype=float)
+        labels = np.array([a[i]["label"] for i in ids])
+        if name in ("consistency", "semantic_entropy"):  # scored on the sampled (test) calls only
+            both = np.isfinite(x) & np.isfinite(y)
+            x, y, labels = x[both], y[both], labels[both]
+            ids = [i for i, keep in zip(ids, both) if keep]
+        sign = -1 if name == "semantic_entropy" else 1  # an entropy: higher is less confident
+        if name == "p_true":
+            out[name] = {"calls": len(ids), "max_abs_difference": float(np.nanmax(np.abs(x - y)))}
+        elif name in ("verbalized", "acts"):
+            out[name] = {"calls": len(ids), "equal": int(np.sum((x == y) | (np.isnan(x) & np.isnan(y))))}
+        else:
+            out[name] = {"calls": len(ids), "mean": [float(np.nanmean(x)), float(np.nanmean(y))],
+                         "auroc": [interval(sign * x, labels), interval(sign * y, labels)]}
+    return out
 
 
 def main() -> None:
@@ -135,6 +180,9 @@ def main() -> None:
     for b, s in same.items():
         print(f"{b} against {backends[0]}: {s['same_label']} / {s['calls']} calls with the same label, "
               f"{s['same_tokens']} with the same tokens ({s['only_one']} in one file only)")
+        s["sources"] = source_agreement(args.dir / backends[0] / "records.jsonl.gz", args.dir / b / "records.jsonl.gz")
+        for name, found in s["sources"].items():
+            print(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in found.items()))
     if args.json:
         args.json.write_text(json.dumps({"llm": args.llm, "apis": args.apis, "cpu": cpu, "figures": figures,
                                          "sameness": same}, indent=2) + "\n")
