@@ -243,7 +243,8 @@ def test_the_experiment_s_tables_from_six_hand_made_items(tmp_path):
     replies = [("Action: a", "a", 0.9, 0.8), ("Action: a", "a", 0.6, 0.7), ("Which city do you mean?", None, 0.3, 0.5),
                ("It is sunny.", None, 0.4, 0.5), ("Action: b", "b", 0.2, 0.9), ("I cannot do that.", None, 0.5, 0.5)]
     records = {"tiny": [{"id": i["id"], "api": i["class"], "text": text_, "pred_api": api, "raw_confidence": raw,
-                         "sources": {"p_true": p_true}} for i, (text_, api, raw, p_true) in zip(items, replies)]}
+                         "pred_args": None if api is None else {}, "sources": {"p_true": p_true}}
+                        for i, (text_, api, raw, p_true) in zip(items, replies)]}
     assert "| tiny | request_for_info | 2 | 1 | 0 | 1 | 0 |" in script["generation_table"](records)
     runs = [script["load_mcq"](tmp_path / "mcq.json")]
     belief = script["belief_tables"](runs, records)
@@ -253,3 +254,7 @@ def test_the_experiment_s_tables_from_six_hand_made_items(tmp_path):
     # the MCQ prefers asking on the second item, where the LLM called, rightly; raw confidence < 0.5 on the wrong call
     assert "| Tiny (plain) | 6 | 3 | MCQ prefers another answer (chars) | 1 | 0 |" in belief
     assert "| Tiny (plain) | 6 | 3 | raw confidence < 0.5 | 1 | 1 |" in belief
+    # the other direction: of its 3 replies without a call, the MCQ prefers calling on the fourth item (a
+    # request_for_info item, where asking was right): one reply withheld against its belief, none a right call missed
+    assert "| Tiny (plain) | 6 | 3 | MCQ prefers tool_call (chars) | 1 | 0 |" in belief
+    assert "| Tiny (plain) | 6 | 3 | MCQ P(tool_call) >= 0.5 | 1 | 0 |" in belief

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from mice_exp.data.labels import made_call
 from mice_exp.data.when2call import ANSWERS, CLASSES, REPLY_CLASSES, classify_reply
 from mice_exp.llm.records import read_records_file
 from mice_exp.metrics import auc_etcu, auroc, smece
@@ -77,12 +78,18 @@ def mcq_tables(runs: Sequence[dict[str, Any]]) -> str:
         table(("LLM (template)", "choice by", *ANSWERS), per_class)])
 
 
+def called(record: dict[str, Any]) -> bool:
+    """Whether a reply holds a call, as the labels read it (a name with parsed arguments; a reply that only
+    echoes the format's ``Action:`` line is none)."""
+    return made_call(record["pred_api"], record["pred_args"])
+
+
 def generation_table(records: dict[str, list[dict[str, Any]]]) -> str:
     """The generated replies' classes (:func:`classify_reply`) per true class."""
     rows = []
     for llm, recs in records.items():
         for truth in CLASSES:
-            counts = Counter(classify_reply(r["text"], r["pred_api"] is not None) for r in recs if r["api"] == truth)
+            counts = Counter(classify_reply(r["text"], called(r)) for r in recs if r["api"] == truth)
             rows.append((llm, truth, sum(counts.values()), *(counts[c] for c in REPLY_CLASSES)))
     return "### Generated replies by true class\n\n" + table(("LLM", "true class", "items", *REPLY_CLASSES), rows)
 
@@ -102,8 +109,9 @@ def belief_rows(label: str, p: np.ndarray, y: np.ndarray, splits: np.ndarray, pr
 
 
 def belief_tables(runs: Sequence[dict[str, Any]], records: dict[str, list[dict[str, Any]]]) -> str:
-    """The confidence that a call is the right move against ``class == tool_call``, and the calls made against it."""
-    rows, against = [], []
+    """The confidence that a call is the right move against ``class == tool_call``, the calls made against it and
+    the calls withheld against it (both directions of the action-belief gap)."""
+    rows, against, withheld = [], [], []
     for run in runs:
         y = np.array([g == "tool_call" for g in run["gold"]], dtype=float)
         splits = np.array([i["split"] for i in run["items"]])
@@ -114,12 +122,18 @@ def belief_tables(runs: Sequence[dict[str, Any]], records: dict[str, list[dict[s
         recs = {r["id"]: r for r in records.get(run["llm"], [])}
         if not recs:
             continue
-        index = [n for n, i in enumerate(run["items"]) if i["id"] in recs and recs[i["id"]]["pred_api"] is not None]
-        called = [recs[run["items"][n]["id"]] for n in index]
-        raw = np.array([r["raw_confidence"] for r in called])
+        index = [n for n, i in enumerate(run["items"]) if i["id"] in recs and called(recs[i["id"]])]
+        silent = [n for n, i in enumerate(run["items"]) if i["id"] in recs and not called(recs[i["id"]])]
+        prefers = choice_scores(run["loglik"], run["chars"], "chars").argmax(1) == CALL
+        for belief, says_yes in (("MCQ prefers tool_call (chars)", prefers[silent]),
+                                 ("MCQ P(tool_call) >= 0.5", p_call[silent] >= 0.5)):
+            withheld.append((run["name"], len(recs), len(silent), belief, int(says_yes.sum()),
+                             int(np.sum(says_yes & (y[silent] == 1)))))
+        calls = [recs[run["items"][n]["id"]] for n in index]
+        raw = np.array([r["raw_confidence"] for r in calls])
         rows += belief_rows(f"{run['name']}: raw confidence (its calls)", raw, y[index], splits[index], True)
-        p_true = [r.get("sources", {}).get("p_true") for r in called]
-        if called and all(v is not None for v in p_true):
+        p_true = [r.get("sources", {}).get("p_true") for r in calls]
+        if calls and all(v is not None for v in p_true):
             rows += belief_rows(f"{run['name']}: P(True) (its calls)", np.array(p_true, dtype=float), y[index],
                                 splits[index], True)
         chosen = choice_scores(run["loglik"], run["chars"], "chars").argmax(1)[index]
@@ -133,6 +147,10 @@ def belief_tables(runs: Sequence[dict[str, Any]], records: dict[str, list[dict[s
         parts += ["### Calls made when its own confidence says not to",
                   table(("LLM (template)", "replies", "calls", "confidence says no when", "such calls",
                          "of them wrong"), against)]
+    if withheld:
+        parts += ["### No call made when its own confidence says to call",
+                  table(("LLM (template)", "replies", "no call", "confidence says call when", "such replies",
+                         "of them where a call was right"), withheld)]
     return "\n\n".join(parts)
 
 
