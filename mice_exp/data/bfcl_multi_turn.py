@@ -285,7 +285,7 @@ def checker_agreement(steps: Sequence[Example],
                 position[step.id] = (turn, len(gold[turn]))
                 gold[turn].append(step.gold["call"])
         for step_id, (turn, index) in position.items():
-            model = [list(calls) for calls in gold[: turn + 1]]
+            model = [list(turn_calls) for turn_calls in gold[: turn + 1]]
             model[turn][index: index + 1] = [calls[step_id]] if calls[step_id] is not None else []
             by_step[step_id] = bfcl_checker(entry, model, gold[: turn + 1])
         model = [[] for _ in gold]
