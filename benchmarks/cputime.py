@@ -1,10 +1,17 @@
-"""CPU seconds of a benchmark's whole process tree, for the wall-vs-CPU figures of benchmarks/*.py."""
+"""CPU seconds of a benchmark's whole process tree, for the wall-vs-CPU figures of benchmarks/*.py, and the line
+that names the CPU beside every figure."""
 
 from __future__ import annotations
 
+import os
+import platform
 from collections.abc import Sequence
+from pathlib import Path
 
 import psutil
+import torch
+
+from mice_exp.llm.precision import cpu_flags, native_bf16
 
 
 def cpu_seconds(extra: Sequence[int] = ()) -> float:
@@ -22,3 +29,15 @@ def cpu_seconds(extra: Sequence[int] = ()) -> float:
         except psutil.NoSuchProcess:
             pass
     return total
+
+
+def cpu_line() -> str:
+    """The CPU's model, its vector extensions and bf16, and torch's view of it (capability, threads)."""
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    flags = cpu_flags()
+    simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    bf16 = "native bf16 (" + ", ".join(sorted(flags & {"avx512_bf16", "amx_bf16"})) + ")" if native_bf16() else \
+        "no native bf16"
+    return (f"{model}; {simd}, {bf16}; torch {torch.__version__} capability {torch.backends.cpu.get_cpu_capability()}"
+            f", {torch.get_num_threads()} threads, {os.cpu_count()} cores")

@@ -123,9 +123,11 @@ def main() -> None:
         r = results[mode]
         print(f"  score / forward at p50 {r['score']['p50'] / r['forward']['p50']:.2f}x; "
               f"score / check at p50 {r['score']['p50'] / r['check']['p50']:.2f}x")
-    for name in ("check", "score", "forward") if len(modes) > 1 else ():
-        print(f"{name}: {args.concurrency} concurrent / sequential throughput "
-              f"{results[modes[1][0]][name]['throughput'] / results['sequential'][name]['throughput']:.2f}x")
+    if len(modes) > 1:
+        seq, con = results["sequential"], results[modes[1][0]]
+        for name in ("check", "score", "forward"):
+            print(f"{name}: {args.concurrency} concurrent / sequential throughput "
+                  f"{con[name]['throughput'] / seq[name]['throughput']:.2f}x")
     print(f"load average at end {os.getloadavg()}")
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import tempfile
 import time
 from collections import defaultdict
@@ -35,23 +34,15 @@ from mice_exp.compose import as_plain, compose_config
 from mice_exp.llm.backends import load_llm
 from mice_exp.llm.headroom import peak_bytes
 from mice_exp.llm.memory import keep_freed_memory
-from mice_exp.llm.precision import cpu_flags, native_bf16
+from mice_exp.llm.precision import native_bf16
 from mice_exp.llm.records import read_stage
 from mice_exp.paths import paths_from
 from mice_exp.pipeline import Pipeline
 
+from cputime import cpu_line  # noqa: E402  (benchmarks/, the script's own folder)
+
 clock = time.perf_counter
 
-
-def cpu_line() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    flags = cpu_flags()
-    simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    bf16 = "native bf16 (" + ", ".join(sorted(flags & {"avx512_bf16", "amx_bf16"})) + ")" if native_bf16() else \
-        "no native bf16"
-    return (f"{model}; {simd}, {bf16}; torch {torch.__version__} capability {torch.backends.cpu.get_cpu_capability()}"
-            f", {torch.get_num_threads()} threads, {os.cpu_count()} cores")
 
 
 def gemm_rate(m: int, k: int, n: int, dtype: torch.dtype, seconds: float = 2.0) -> float:

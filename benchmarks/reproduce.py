@@ -27,11 +27,10 @@ venv that has vLLM (``make vllm``); ``--json FILE`` keeps the figures.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
-import platform
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -39,6 +38,9 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
+
+from cputime import cpu_line  # benchmarks/, the script's own folder
+from mice_exp.llm.records import read_records_file
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = tuple(sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")))
@@ -70,8 +72,7 @@ def run_step(args: list[str], log: Path) -> dict[str, float]:
 
 
 def records(path: Path) -> dict[str, dict]:
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return {r["id"]: r for r in map(json.loads, list(handle)[1:])}
+    return {r["id"]: r for r in read_records_file(path).with_sources()}
 
 
 def sameness(first: Path, second: Path) -> dict[str, int]:
@@ -143,14 +144,12 @@ def main() -> None:
     if args.apis != "all" and not args.apis.isdigit():
         sys.exit(f"--apis={args.apis!r}: expected a number of STE APIs or 'all'")
     scale = [] if args.apis == "all" else ["+scale=small", f"dataset.max_apis={args.apis}"]
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    print(f"{args.llm}, STE APIs {args.apis}, {cpu}, {os.cpu_count()} cores; load average at start "
-          f"{os.getloadavg()}", flush=True)
+    cpu = cpu_line()
+    print(f"{args.llm}, STE APIs {args.apis}; {cpu}; load average at start {os.getloadavg()}", flush=True)
     figures: dict[str, dict[str, dict[str, float]]] = {}
     for backend in backends:
         folder = args.dir / backend
-        subprocess.run(["rm", "-rf", str(folder)], check=True)
+        shutil.rmtree(folder, ignore_errors=True)
         (folder / "cache").mkdir(parents=True)
         (folder / "cache" / "models").symlink_to(ROOT / ".cache" / "models")
         out = folder / "records.jsonl.gz"

@@ -124,7 +124,8 @@ def belief_tables(runs: Sequence[dict[str, Any]], records: dict[str, list[dict[s
             continue
         index = [n for n, i in enumerate(run["items"]) if i["id"] in recs and called(recs[i["id"]])]
         silent = [n for n, i in enumerate(run["items"]) if i["id"] in recs and not called(recs[i["id"]])]
-        prefers = choice_scores(run["loglik"], run["chars"], "chars").argmax(1) == CALL
+        by_chars = choice_scores(run["loglik"], run["chars"], "chars").argmax(1)
+        prefers = by_chars == CALL
         for belief, says_yes in (("MCQ prefers tool_call (chars)", prefers[silent]),
                                  ("MCQ P(tool_call) >= 0.5", p_call[silent] >= 0.5)):
             withheld.append((run["name"], len(recs), len(silent), belief, int(says_yes.sum()),
@@ -136,7 +137,7 @@ def belief_tables(runs: Sequence[dict[str, Any]], records: dict[str, list[dict[s
         if calls and all(v is not None for v in p_true):
             rows += belief_rows(f"{run['name']}: P(True) (its calls)", np.array(p_true, dtype=float), y[index],
                                 splits[index], True)
-        chosen = choice_scores(run["loglik"], run["chars"], "chars").argmax(1)[index]
+        chosen = by_chars[index]
         for belief, says_no in (("MCQ prefers another answer (chars)", chosen != CALL),
                                 ("MCQ P(tool_call) < 0.5", p_call[index] < 0.5), ("raw confidence < 0.5", raw < 0.5)):
             wrong = int(np.sum(says_no & (y[index] == 0)))
@@ -164,8 +165,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     records = {}
     for path in args.records:
         output = read_records_file(path, "when2call")
-        records[output.info["llm"]] = [r | {"sources": {k: v[n] for k, v in output.sources.items()}}
-                                       for n, r in enumerate(output.records)]
+        records[output.info["llm"]] = output.with_sources()
     parts = [mcq_tables(runs)] + ([generation_table(records)] if records else []) + [belief_tables(runs, records)]
     text = "\n\n".join(parts) + "\n"
     print(text)

@@ -83,6 +83,10 @@ class StageOutput:
     def ids(self) -> list[str]:
         return [r["id"] for r in self.records]
 
+    def with_sources(self) -> list[Record]:
+        """Each record with its confidence sources' values under ``"sources"``, as a records file stores them."""
+        return [r | {"sources": {k: v[n] for k, v in self.sources.items()}} for n, r in enumerate(self.records)]
+
     @property
     def n_layers(self) -> int:
         return int(self.info["n_layers"])
