@@ -258,3 +258,7 @@ def test_the_experiment_s_tables_from_six_hand_made_items(tmp_path):
     # request_for_info item, where asking was right): one reply withheld against its belief, none a right call missed
     assert "| Tiny (plain) | 6 | 3 | MCQ prefers tool_call (chars) | 1 | 0 |" in belief
     assert "| Tiny (plain) | 6 | 3 | MCQ P(tool_call) >= 0.5 | 1 | 0 |" in belief
+    # calibrated on the training split, where the one item to call put its likelihood on asking, the fit ranks the
+    # test item that prefers asking first: above the test call (which ties with a test item not to call), AUROC 0.25
+    assert "| Tiny (plain): MCQ scores, fitted on train | test | 3 | 0.333 | 0.250 |" in belief
+    assert "fitted on train | all" not in belief

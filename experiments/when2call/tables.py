@@ -5,8 +5,9 @@ the action-belief gap of "call now" against the truth ``correct_answer == tool_c
         --records experiments/records/when2call-smollm2_135m.jsonl.gz experiments/records/when2call-gemma3_270m.jsonl.gz
 
 Each MCQ file is ``mice-exp mcq``'s output; a records file (``mice-exp records dataset=when2call``) is matched to
-it by its LLM. Markdown on stdout (``--out FILE`` writes it too). Nothing is fitted: every confidence is scored as
-it is, on all items and on the test split (items of one BFCL source share a split).
+it by its LLM. Markdown on stdout (``--out FILE`` writes it too). Every confidence is scored as it is, on all items
+and on the test split (items of one BFCL source share a split), but one: the MCQ's four per-character
+log-likelihoods calibrated by a logistic regression fitted on the training split, scored on the test split only.
 """
 
 from __future__ import annotations
@@ -94,11 +95,13 @@ def generation_table(records: dict[str, list[dict[str, Any]]]) -> str:
     return "### Generated replies by true class\n\n" + table(("LLM", "true class", "items", *REPLY_CLASSES), rows)
 
 
-def belief_rows(label: str, p: np.ndarray, y: np.ndarray, splits: np.ndarray, probability: bool) -> list[tuple]:
+def belief_rows(label: str, p: np.ndarray, y: np.ndarray, splits: np.ndarray, probability: bool,
+                scopes: Sequence[str] = ("all", "test")) -> list[tuple]:
     """One row per scope (all items, test split): n, share where a call is right, AUROC, smECE and AUC-ETCU
     (the last two for probabilities only)."""
     out = []
-    for scope, keep in (("all", np.ones(len(y), dtype=bool)), ("test", splits == "test")):
+    for scope in scopes:
+        keep = np.ones(len(y), dtype=bool) if scope == "all" else splits == scope
         pk, yk = p[keep], y[keep]
         if not len(yk):
             continue
@@ -106,6 +109,18 @@ def belief_rows(label: str, p: np.ndarray, y: np.ndarray, splits: np.ndarray, pr
         ranked = pk if probability else 1 / (1 + np.exp(-pk))  # AUROC reads the order only; auroc wants [0, 1]
         out.append((label, scope, len(yk), float(yk.mean()), auroc(ranked, yk), *calib))
     return out
+
+
+def fitted_call_now(run: dict[str, Any], y: np.ndarray, splits: np.ndarray) -> np.ndarray | None:
+    """P(a call is right) for every item from a logistic regression on the four answers' per-character
+    log-likelihoods, fitted on the training split: the MCQ's belief, calibrated on what the training items say
+    (None where the training split holds one class only)."""
+    from sklearn.linear_model import LogisticRegression
+
+    x, train = choice_scores(run["loglik"], run["chars"], "chars"), splits == "train"
+    if len(set(y[train])) < 2:
+        return None
+    return LogisticRegression().fit(x[train], y[train]).predict_proba(x)[:, 1]
 
 
 def belief_tables(runs: Sequence[dict[str, Any]], records: dict[str, list[dict[str, Any]]]) -> str:
@@ -119,6 +134,8 @@ def belief_tables(runs: Sequence[dict[str, Any]], records: dict[str, list[dict[s
         rows += belief_rows(f"{run['name']}: MCQ P(tool_call)", p_call, y, splits, True)
         rows += belief_rows(f"{run['name']}: MCQ margin (chars)",
                             margin(choice_scores(run["loglik"], run["chars"], "chars"), CALL), y, splits, False)
+        if (fitted := fitted_call_now(run, y, splits)) is not None:
+            rows += belief_rows(f"{run['name']}: MCQ scores, fitted on train", fitted, y, splits, True, ("test",))
         recs = {r["id"]: r for r in records.get(run["llm"], [])}
         if not recs:
             continue
