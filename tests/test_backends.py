@@ -206,6 +206,15 @@ def test_vllm_captures_every_layer_in_its_generating_pass(tmp_path):
         np.testing.assert_allclose(states[i], local_states[order[r["id"]]], rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed in this Python (make vllm; .venv-vllm/bin/pytest)")
+def test_vllm_knows_before_its_start_up_which_models_hand_back_their_layers():
+    from mice_exp.llm.backends.vllm import states_supported
+
+    assert states_supported("LlamaForCausalLM") is True  # SmolLM2, tiny_random
+    assert states_supported("Gemma3ForCausalLM") is False  # the load refuses it in one line: llm.backend=hf
+    assert states_supported("NoSuchModelForCausalLM") is None
+
+
 ENGINE_CFG = {"llm.backend": "vllm", "sources.consistency.samples": "3", **ONE_HEAD}
 
 

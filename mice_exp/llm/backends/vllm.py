@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from mice_exp.errors import UserError
 from mice_exp.llm.backends import Backend, SeededSources
 from mice_exp.llm.generation import Generation, truncate
 from mice_exp.llm.precision import resolve_dtype
@@ -194,6 +195,17 @@ class EngineSources(SeededSources):
         return EngineCall(self.engine, self.next_seed())
 
 
+def states_supported(architecture: str) -> bool | None:
+    """Whether vLLM can hand back an architecture's decoder-layer outputs: ``extract_hidden_states`` reads them
+    through the EAGLE-3 interface, which some models lack (Gemma 3 in vLLM 0.32; the engine would fail only after
+    its minutes of start-up). None where vLLM does not know the architecture (it says so itself)."""
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.interfaces import supports_eagle3
+
+    entry = ModelRegistry.models.get(architecture)
+    return None if entry is None else supports_eagle3(entry.load_model_cls())
+
+
 class VLLM(Backend):
     """vLLM generates with every layer's states, computes the confidence sources and teacher-forces given replies;
     the transformers model of the same weights gives the lens."""
@@ -212,6 +224,13 @@ class VLLM(Backend):
 
         cfg = self.settings
         lens = load_hf(cfg, self.models)
+        architecture = type(lens.model).__name__
+        if states_supported(architecture) is False:
+            import vllm
+
+            raise UserError(f"llm.backend=vllm: vLLM {vllm.__version__} cannot hand back the layer states of "
+                            f"{architecture} ({cfg['name']}): it lacks the EAGLE-3 interface vLLM's "
+                            f"extract_hidden_states reads; run it with llm.backend=hf")
         folder = model_folder(cfg, self.models)
         storage = Path(tempfile.mkdtemp(prefix="mice-exp-vllm-states-"))
         atexit.register(shutil.rmtree, storage, ignore_errors=True)
