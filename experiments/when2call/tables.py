@@ -23,7 +23,8 @@ import numpy as np
 from mice_exp.data.labels import made_call
 from mice_exp.data.when2call import ANSWERS, CLASSES, REPLY_CLASSES, classify_reply
 from mice_exp.llm.records import read_records_file
-from mice_exp.metrics import auc_etcu, auroc, smece
+from mice_exp.metrics import auc_etcu, auroc, smece, smece_rows
+from mice_exp.metrics.bootstrap import bootstrap_intervals
 from mice_exp.metrics.choices import (NORMALISATIONS, choice_probability, choice_scores, class_f1,
                                       hallucination_rate, macro_f1, margin)
 
@@ -33,6 +34,7 @@ from mice_exp.metrics.choices import (NORMALISATIONS, choice_probability, choice
 PAPER = (("Qwen 2.5 0.5B Instruct", 32.0, 53.5, 20.0), ("Llama 3.2 1B Instruct", 21.7, 45.1, 43.0),
          ("xLAM 1B FC-R", 25.6, 45.7, 40.0), ("Qwen 2.5 1.5B Instruct", 29.9, 52.6, 23.0))
 CALL = ANSWERS.index("tool_call")
+RESAMPLES = 1000  # bootstrap resamples of each confidence's AUROC and smECE
 
 
 def percent(share: float) -> str:
@@ -98,7 +100,7 @@ def generation_table(records: dict[str, list[dict[str, Any]]]) -> str:
 def belief_rows(label: str, p: np.ndarray, y: np.ndarray, splits: np.ndarray, probability: bool,
                 scopes: Sequence[str] = ("all", "test")) -> list[tuple]:
     """One row per scope (all items, test split): n, share where a call is right, AUROC, smECE and AUC-ETCU
-    (the last two for probabilities only)."""
+    (the last two for probabilities only), then 95% bootstrap intervals of AUROC and smECE."""
     out = []
     for scope in scopes:
         keep = np.ones(len(y), dtype=bool) if scope == "all" else splits == scope
@@ -107,7 +109,10 @@ def belief_rows(label: str, p: np.ndarray, y: np.ndarray, splits: np.ndarray, pr
             continue
         calib = (smece(pk, yk), auc_etcu(pk, yk)) if probability else ("-", "-")
         ranked = pk if probability else 1 / (1 + np.exp(-pk))  # AUROC reads the order only; auroc wants [0, 1]
-        out.append((label, scope, len(yk), float(yk.mean()), auroc(ranked, yk), *calib))
+        metrics = {"auroc": auroc} | ({"smece": smece} if probability else {})
+        spans = bootstrap_intervals(ranked, yk, metrics, RESAMPLES, rows_metrics={"smece": smece_rows})
+        out.append((label, scope, len(yk), float(yk.mean()), auroc(ranked, yk), *calib,
+                    *(f"[{spans[m][0]:.2f}, {spans[m][1]:.2f}]" if m in spans else "-" for m in ("auroc", "smece"))))
     return out
 
 
@@ -160,7 +165,8 @@ def belief_tables(runs: Sequence[dict[str, Any]], records: dict[str, list[dict[s
             wrong = int(np.sum(says_no & (y[index] == 0)))
             against.append((run["name"], len(recs), len(index), belief, int(says_no.sum()), wrong))
     parts = ["### Is a call the right move? (truth: correct_answer == tool_call)",
-             table(("confidence", "items", "n", "call right", "AUROC", "smECE", "AUC-ETCU"), rows)]
+             table(("confidence", "items", "n", "call right", "AUROC", "smECE", "AUC-ETCU", "AUROC 95%",
+                    "smECE 95%"), rows)]
     if against:
         parts += ["### Calls made when its own confidence says not to",
                   table(("LLM (template)", "replies", "calls", "confidence says no when", "such calls",
