@@ -27,6 +27,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Sequence
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Forecast for a city.", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}
@@ -103,6 +104,27 @@ def bad(model: str, port: int, i: int) -> tuple[int, dict]:
     return raw(port, head + f"Content-Length: {len(data)}\r\n\r\n".encode() + data[:40], hang_up=True)
 
 
+def start_server(gate: str, serve_args: Sequence[str]) -> tuple[subprocess.Popen, int, str, Any]:
+    """``mice-exp serve`` of ``gate`` as its own process on a free port of 127.0.0.1, once it answers: the
+    process, its port, the model id it serves and its log file. Exits with the log's tail if it dies first."""
+    port = free_port()
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    server = subprocess.Popen([sys.executable, "-m", "mice_exp", "serve", f"model={gate}", f"port={port}",
+                               *serve_args], stdout=log, stderr=subprocess.STDOUT, text=True)
+    start = time.perf_counter()
+    while True:
+        if server.poll() is not None:
+            sys.exit(f"serve exited with {server.returncode}: {Path(log.name).read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as answer:
+                model = json.loads(answer.read())["data"][0]["id"]
+            break
+        except OSError:
+            time.sleep(1)
+    print(f"serve up in {time.perf_counter() - start:.1f} s; load average {os.getloadavg()}", flush=True)
+    return server, port, model, log
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="a gate folder or runs:/ URI")
@@ -112,22 +134,8 @@ def main() -> None:
     parser.add_argument("--serve-args", nargs="*", default=[], help="more key=value arguments of mice-exp serve")
     args = parser.parse_args()
 
-    port = free_port()
-    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
-    server = subprocess.Popen([sys.executable, "-m", "mice_exp", "serve", f"model={args.model}", f"port={port}",
-                               *args.serve_args], stdout=log, stderr=subprocess.STDOUT, text=True)
-    start = time.perf_counter()
+    server, port, model, log = start_server(args.model, args.serve_args)
     try:
-        while True:
-            if server.poll() is not None:
-                sys.exit(f"serve exited with {server.returncode}: {Path(log.name).read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as answer:
-                    model = json.loads(answer.read())["data"][0]["id"]
-                break
-            except OSError:
-                time.sleep(1)
-        print(f"serve up in {time.perf_counter() - start:.1f} s; load average {os.getloadavg()}", flush=True)
         status, _ = post(port, good(model, 1))
         warm = rss_mib(server.pid)
         print(f"warm-up request: {status}; VmRSS {warm:.0f} MiB", flush=True)
