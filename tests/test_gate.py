@@ -158,6 +158,19 @@ def test_a_gate_refuses_a_config_for_another_llm_or_feature_view(fitted):
     Gate.load(fitted[0], expect=tiny_cfg("llm.device=cpu", "llm.batch_size=1"))  # where it runs is not identity
 
 
+def test_a_gate_saved_with_dtype_auto_runs_where_the_config_resolves_auto_alike(fitted, tmp_path):
+    """A gate saved before dtypes were resolved (``llm.dtype: auto``, as the published SmolLM2 gate) against a
+    command's config, whose ``auto`` is resolved for its device: float32 on a CPU."""
+    import shutil
+
+    gate = shutil.copytree(fitted[0], tmp_path / "gate")
+    spec = json.loads((gate / "gate.json").read_text())
+    (gate / "gate.json").write_text(json.dumps(spec | {"llm": spec["llm"] | {"dtype": "auto"}}))
+    Gate.load(gate, expect=tiny_cfg("llm.dtype=float32"))
+    with pytest.raises(UserError, match=r"llm.dtype='float32' in the gate but 'bfloat16' in the config"):
+        Gate.load(gate, expect=tiny_cfg("llm.dtype=bfloat16"))
+
+
 def test_the_commands_run_a_gate_on_the_engine_they_are_told(fitted):
     """``mice-exp serve model=GATE llm.backend=vllm``: what runs the LLM is not the gate's identity either."""
     from mice_exp.gate.command import load_gate

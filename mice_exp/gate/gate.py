@@ -33,6 +33,7 @@ from mice_exp.gate.chat import (Call, Decision, InvalidRequest, Messages, call_p
 from mice_exp.gate.queries import parse_query, query_id
 from mice_exp.gate.registry import fetch, is_mlflow_uri, model_name
 from mice_exp.llm.backends import backend_of, check_backend
+from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prompt import PromptBuilder, PromptTooLong
 from mice_exp.llm.records import StageOutput
 from mice_exp.llm.stage import batch_records, batches, run_batch
@@ -61,6 +62,8 @@ def _check_llm(saved: Mapping[str, Any], asked: Mapping[str, Any], where: str) -
         raise UserError(f"the gate {where} was saved for llm={saved.get('name')} ({saved.get('display')}), "
                         f"but the config asks for llm={asked.get('name')}; expected a gate saved by a "
                         f"{asked.get('name')} pipeline, or no llm override")
+    if saved.get("dtype") and asked.get("dtype"):  # a gate saved before dtypes were resolved says "auto"
+        saved = {**saved, "dtype": resolve_dtype(saved["dtype"], asked.get("device") or "cpu")}
     diff = _differences(saved, asked, LLM_IDENTITY, "llm")
     if diff:
         raise UserError(f"the gate {where} was saved by a different {saved.get('name')} setup: {diff[0]}; "
