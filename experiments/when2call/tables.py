@@ -116,16 +116,16 @@ def belief_rows(label: str, p: np.ndarray, y: np.ndarray, splits: np.ndarray, pr
     return out
 
 
-def fitted_call_now(run: dict[str, Any], y: np.ndarray, splits: np.ndarray) -> np.ndarray | None:
+def fitted_call_now(scores: np.ndarray, y: np.ndarray, splits: np.ndarray) -> np.ndarray | None:
     """P(a call is right) for every item from a logistic regression on the four answers' per-character
-    log-likelihoods, fitted on the training split: the MCQ's belief, calibrated on what the training items say
+    log-likelihoods (``scores``, [N, 4]), fitted on the training split: the MCQ's belief, calibrated on what the training items say
     (None where the training split holds one class only)."""
     from sklearn.linear_model import LogisticRegression
 
-    x, train = choice_scores(run["loglik"], run["chars"], "chars"), splits == "train"
+    train = splits == "train"
     if len(set(y[train])) < 2:
         return None
-    return LogisticRegression().fit(x[train], y[train]).predict_proba(x)[:, 1]
+    return LogisticRegression().fit(scores[train], y[train]).predict_proba(scores)[:, 1]
 
 
 def belief_tables(runs: Sequence[dict[str, Any]], records: dict[str, list[dict[str, Any]]]) -> str:
@@ -136,17 +136,18 @@ def belief_tables(runs: Sequence[dict[str, Any]], records: dict[str, list[dict[s
         y = np.array([g == "tool_call" for g in run["gold"]], dtype=float)
         splits = np.array([i["split"] for i in run["items"]])
         p_call = choice_probability(run["loglik"], CALL)
+        per_char = choice_scores(run["loglik"], run["chars"], "chars")
         rows += belief_rows(f"{run['name']}: MCQ P(tool_call)", p_call, y, splits, True)
         rows += belief_rows(f"{run['name']}: MCQ margin (chars)",
-                            margin(choice_scores(run["loglik"], run["chars"], "chars"), CALL), y, splits, False)
-        if (fitted := fitted_call_now(run, y, splits)) is not None:
+                            margin(per_char, CALL), y, splits, False)
+        if (fitted := fitted_call_now(per_char, y, splits)) is not None:
             rows += belief_rows(f"{run['name']}: MCQ scores, fitted on train", fitted, y, splits, True, ("test",))
         recs = {r["id"]: r for r in records.get(run["llm"], [])}
         if not recs:
             continue
         index = [n for n, i in enumerate(run["items"]) if i["id"] in recs and called(recs[i["id"]])]
         silent = [n for n, i in enumerate(run["items"]) if i["id"] in recs and not called(recs[i["id"]])]
-        by_chars = choice_scores(run["loglik"], run["chars"], "chars").argmax(1)
+        by_chars = per_char.argmax(1)
         prefers = by_chars == CALL
         for belief, says_yes in (("MCQ prefers tool_call (chars)", prefers[silent]),
                                  ("MCQ P(tool_call) >= 0.5", p_call[silent] >= 0.5)):
