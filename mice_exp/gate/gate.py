@@ -62,8 +62,9 @@ def _check_llm(saved: Mapping[str, Any], asked: Mapping[str, Any], where: str) -
         raise UserError(f"the gate {where} was saved for llm={saved.get('name')} ({saved.get('display')}), "
                         f"but the config asks for llm={asked.get('name')}; expected a gate saved by a "
                         f"{asked.get('name')} pipeline, or no llm override")
-    if saved.get("dtype") and asked.get("dtype"):  # a gate saved before dtypes were resolved says "auto"
-        saved = {**saved, "dtype": resolve_dtype(saved["dtype"], asked.get("device") or "cpu")}
+    if saved.get("dtype") and asked.get("dtype") and saved["dtype"] != asked["dtype"]:  # "auto" against what it
+        device = asked.get("device") or "cpu"  # resolves to (a gate saved before dtypes were resolved says "auto")
+        saved, asked = ({**cfg, "dtype": resolve_dtype(cfg["dtype"], device)} for cfg in (saved, asked))
     diff = _differences(saved, asked, LLM_IDENTITY, "llm")
     if diff:
         raise UserError(f"the gate {where} was saved by a different {saved.get('name')} setup: {diff[0]}; "
