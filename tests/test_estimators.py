@@ -297,6 +297,17 @@ def test_a_mice_random_forest_predicts_sklearns_probabilities_bit_for_bit_walkin
         np.testing.assert_array_equal(forest.predict_proba(rows)[:, 1], forest.model_.predict_proba(rows)[:, 1])
 
 
+def test_a_forest_on_one_feature_walks_trees_of_different_depths() -> None:
+    """One column (``features=conf_only``) on a few calls: some trees are a lone leaf or stop early while others
+    still split, so the walk reads the column at leaves too; it must not reach past it (sklearn marks a leaf's
+    feature -2)."""
+    X, y = toy_data(n=45, n_features=1)
+    forest = MiceRandomForest(n_estimators=200, n_jobs=1).fit(X, y)
+    depths = {t.tree_.max_depth for t in forest.model_.estimators_}
+    assert len(depths) > 1
+    np.testing.assert_array_equal(forest.predict_proba(X)[:, 1], forest.model_.predict_proba(X)[:, 1])
+
+
 def test_a_forest_saved_before_packing_still_loads() -> None:
     X, y = toy_data(n=60, n_features=6)
     forest = MiceRandomForest(n_estimators=5, n_jobs=1).fit(X, y)

@@ -107,7 +107,9 @@ class ForestWalk:
                                    for t, s in zip(trees, starts)]).astype(np.intp)
 
         self.left, self.right = children("children_left"), children("children_right")
-        self.feature = np.concatenate([t.feature for t in trees]).astype(np.intp)
+        # a leaf's feature is sklearn's -2; walked rows stay put at leaves, but the lookup X[:, feature] runs for
+        # every tree each step, so a leaf reads column 0 (-2 would be out of bounds on a one-column view)
+        self.feature = np.maximum(np.concatenate([t.feature for t in trees]), 0).astype(np.intp)
         self.threshold = np.concatenate([t.threshold for t in trees])
         values = np.concatenate([t.value[:, 0, :] for t in trees])  # one output: [nodes, classes]
         total = values.sum(axis=1, keepdims=True)
