@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -29,6 +31,20 @@ def fail(error: UserError) -> NoReturn:
     """
     print(f"mice-exp: error: {error}", file=sys.stderr)
     sys.exit(2)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def interrupt_on_sigterm() -> None:
+    """From now on SIGTERM (``kill``, Slurm, a container's stop) ends this process as Ctrl-C does, through its
+    exit handlers, where it would otherwise die at once; a handler someone else installed is left alone, and
+    outside the main thread nothing is installed. Why: a vLLM engine's core is a process of its own, stopped by an
+    exit handler; killed without them, this process left it running alone (its memory held, its threads
+    spinning), and ``mice-exp serve``'s uvicorn re-raises SIGTERM after its graceful shutdown."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 @dataclass(frozen=True)

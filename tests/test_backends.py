@@ -291,27 +291,36 @@ def test_vllm_teacher_forces_given_replies_on_its_engine(engine_stage):
     assert written_states(stage) == []
 
 
-@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed in this Python (make vllm; .venv-vllm/bin/pytest)")
-@pytest.mark.timeout(900)
-def test_a_gate_checks_and_scores_on_the_engine(engine_stage, tmp_path):
-    """``mice-exp serve llm.backend=vllm``: the gate generates and teacher-forces on the engine, and a call it is
-    given scores as on the transformers model (same lens strings, same features, probability to 1e-3)."""
+@pytest.fixture(scope="module")
+def engine_gate(tmp_path_factory):
+    """A gate saved from one-head tiny_random's stage on ``hf`` (cosine view, MICE LR on fixed labels)."""
     from mice_exp.estimators import MiceLogisticRegression
     from mice_exp.features import build_features
-    from mice_exp.gate import Gate
     from mice_exp.gate.artifact import save_gate
     from mice_exp.paths import Paths
-    from tests.test_gate import WEATHER, ask
-    from tests.test_gate_score import CALL
+    from tests.test_gate import tiny_cfg as gate_cfg
 
-    cfg, local = tiny_cfg(**ONE_HEAD), one_head_llm()
-    paths = Paths(root=PACKAGE_ROOT, cache=cache_sharing_models(tmp_path / "cache"))
+    tmp = tmp_path_factory.mktemp("engine-gate")
+    cfg, local = gate_cfg(*(f"{k}={v}" for k, v in ONE_HEAD.items())), one_head_llm()
+    paths = Paths(root=PACKAGE_ROOT, cache=cache_sharing_models(tmp / "cache"))
     pipeline = Pipeline.from_config(cfg, paths, local)
     out = pipeline.stage.run()
     fs = build_features(cfg["features"], read_stage(out), paths.features)
     estimator = MiceLogisticRegression(C=1e6).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
-    folder = save_gate(tmp_path / "gate", pipeline, estimator, fs.view, pipeline.stage.selection.examples,
-                       llm_stage=read_stage(out).info)
+    return save_gate(tmp / "gate", pipeline, estimator, fs.view, pipeline.stage.selection.examples,
+                     llm_stage=read_stage(out).info), local
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed in this Python (make vllm; .venv-vllm/bin/pytest)")
+@pytest.mark.timeout(900)
+def test_a_gate_checks_and_scores_on_the_engine(engine_stage, engine_gate):
+    """``mice-exp serve llm.backend=vllm``: the gate generates and teacher-forces on the engine, and a call it is
+    given scores as on the transformers model (same lens strings, same features, probability to 1e-3)."""
+    from mice_exp.gate import Gate
+    from tests.test_gate import WEATHER, ask
+    from tests.test_gate_score import CALL
+
+    folder, local = engine_gate
     stage, _ = engine_stage
     on_engine = Gate.load(folder, llm=stage.backend.generator(), engine={"backend": "vllm"})
     on_hf = Gate.load(folder, llm=local)
@@ -320,3 +329,26 @@ def test_a_gate_checks_and_scores_on_the_engine(engine_stage, tmp_path):
     scored, expected = (g.score(ask("What is the weather in Paris?"), [WEATHER], CALL) for g in (on_engine, on_hf))
     assert scored.probability == pytest.approx(expected.probability, abs=1e-3)
     assert written_states(stage) == []
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed in this Python (make vllm; .venv-vllm/bin/pytest)")
+@pytest.mark.timeout(600)
+def test_a_served_engine_stops_with_the_server(engine_gate, monkeypatch):
+    """SIGTERM to ``mice-exp serve llm.backend=vllm`` (a scheduler's or container's stop) ends the engine's core
+    process too: it used to outlive the server, holding its memory (6 GB for SmolLM2) with its threads spinning."""
+    import signal
+
+    import psutil
+
+    from tests.test_serve import serve_process
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # beside this module's engine
+    same_llm = ["llm=tiny_random", "llm.max_new_tokens=6", "llm.batch_size=3", *(f"{k}={v}" for k, v in ONE_HEAD.items())]
+    proc, _ = serve_process(engine_gate[0], *same_llm, "llm.backend=vllm")
+    engine = psutil.Process(proc.pid).children(recursive=True)
+    assert engine, "the engine's core runs in a process of its own"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert "serve: stopped" in err.splitlines()  # then the exit handlers (vLLM's resource tracker may warn)
+    _, alive = psutil.wait_procs(engine, timeout=60)
+    assert not alive, f"left running: {[p.name() for p in alive]}"

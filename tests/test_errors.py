@@ -314,3 +314,24 @@ def test_a_bad_report_folder_is_one_line_before_any_work(tmp_path, monkeypatch, 
     code, _, err = cli(monkeypatch, capsys, ["report", "--out", out(tmp_path),
                                              "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"])
     assert code == 2 and expected in one_error_line(err)
+
+
+def test_sigterm_interrupts_as_ctrl_c_does_unless_someone_else_handles_it():
+    """What lets a stopped process run its exit handlers (a vLLM engine's core process is stopped by one)."""
+    import signal
+
+    from mice_exp.errors import interrupt_on_sigterm
+
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        interrupt_on_sigterm()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGTERM)
+
+        def theirs(signum, frame):  # a host's own handler stays
+            pass
+        signal.signal(signal.SIGTERM, theirs)
+        interrupt_on_sigterm()
+        assert signal.getsignal(signal.SIGTERM) is theirs
+    finally:
+        signal.signal(signal.SIGTERM, before)

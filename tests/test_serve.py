@@ -11,11 +11,16 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import openai
 import pytest
@@ -496,6 +501,38 @@ def test_a_smollm2_gate_executes_its_call_at_tau_0_and_holds_it_at_tau_1(tmp_pat
     finally:
         server.shutdown()
         server.server_close()
+
+
+def serve_process(gate: Path, *args: str, python: str = sys.executable) -> tuple[subprocess.Popen, str]:
+    """``mice-exp serve`` of ``gate`` as its own process on a free port, once its models list answers; its URL."""
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.Popen([python, "-m", "mice_exp", "serve", f"model={gate}", "port=0", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    said = []
+    for line in proc.stderr:
+        said.append(line)
+        if "Ctrl-C stops" in line:
+            url = line.split(" on ", 1)[1].split(" ", 1)[0]
+            break
+    else:
+        raise AssertionError(f"serve exited with {proc.wait()} before serving: {''.join(said[-5:])}")
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"{url}/models", timeout=5).close()
+            return proc, url
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"serve at {url} never answered")
+
+
+def test_sigterm_stops_the_server_as_ctrl_c_does(fitted):  # noqa: F811
+    """A scheduler's or container's stop ends serving through the process's exit handlers (what stops a vLLM
+    engine's core process); under the default handler, which uvicorn re-raises SIGTERM to, it died by the signal."""
+    proc, _ = serve_process(fitted[0])
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert err.strip().splitlines()[-1] == "serve: stopped"
 
 
 def test_the_batcher_runs_its_idle_hook_on_the_llm_s_thread_once_the_queue_drains():

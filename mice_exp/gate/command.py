@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 from mice_exp.cache import write_text
 from mice_exp.compose import as_plain, compose_config, wants_help
 from mice_exp.config import check_config
-from mice_exp.errors import UserError, fail
+from mice_exp.errors import UserError, fail, interrupt_on_sigterm
 from mice_exp.gate.artifact import ENGINE_SETTINGS, risk_entry
 from mice_exp.gate.chat import InvalidRequest, check_tau
 from mice_exp.gate.gate import Gate
@@ -169,11 +169,12 @@ def serve(argv: Sequence[str]) -> None:
     print(f"serve: {loaded.describe()}", file=sys.stderr)
     server = open_server(loaded, model=opts.get("name"), port=port, on_abstain=on_abstain,  # a busy port: refused
                          max_queue=max(1, int(opts.get("max_queue", 64))), risk=risk)  # before the LLM loads
+    interrupt_on_sigterm()  # a stop ends serving through the exit handlers (a vLLM engine's core with them)
     start = time.perf_counter()
-    loaded.warm()
-    print(f"serve: {server.service.model} on {server.url} (on_abstain={on_abstain}; LLM loaded in "
-          f"{time.perf_counter() - start:.1f} s); Ctrl-C stops", file=sys.stderr, flush=True)
     try:
+        loaded.warm()
+        print(f"serve: {server.service.model} on {server.url} (on_abstain={on_abstain}; LLM loaded in "
+              f"{time.perf_counter() - start:.1f} s); Ctrl-C stops", file=sys.stderr, flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         print("serve: stopped", file=sys.stderr)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from mice_exp.errors import UserError
+from mice_exp.errors import UserError, interrupt_on_sigterm
 from mice_exp.llm.backends import Backend, SeededSources
 from mice_exp.llm.generation import Generation, truncate
 from mice_exp.llm.precision import resolve_dtype
@@ -236,6 +236,7 @@ class VLLM(Backend):
         atexit.register(shutil.rmtree, storage, ignore_errors=True)
         dtype = resolve_dtype(cfg.get("dtype", "float32"), cfg.get("device", "cpu"))
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
+        interrupt_on_sigterm()  # the engine's core process is stopped by an exit handler, which SIGTERM would skip
         # vLLM's own connector copies through CUDA streams into pinned memory; on a CPU, the host-memory one
         connector = {"kv_connector_module_path": "mice_exp.llm.backends._vllm_connector", "kv_connector":
                      "SelectiveHiddenStatesConnector" if lens.device.type == "cuda" else "HostHiddenStatesConnector"}
