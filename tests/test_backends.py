@@ -3,6 +3,7 @@ OpenAI-compatible server; here a real ``vllm serve`` on 127.0.0.1, asked through
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 
@@ -343,12 +344,19 @@ def test_a_served_engine_stops_with_the_server(engine_gate, monkeypatch):
     from tests.test_serve import serve_process
 
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # beside this module's engine
-    same_llm = ["llm=tiny_random", "llm.max_new_tokens=6", "llm.batch_size=3", *(f"{k}={v}" for k, v in ONE_HEAD.items())]
+    same_llm = ["llm=tiny_random", "llm.max_new_tokens=6", "llm.batch_size=3",  # the gate's own settings
+                *(f"{k}={v}" for k, v in ONE_HEAD.items())]
     proc, _ = serve_process(engine_gate[0], *same_llm, "llm.backend=vllm")
     engine = psutil.Process(proc.pid).children(recursive=True)
-    assert engine, "the engine's core runs in a process of its own"
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert "serve: stopped" in err.splitlines()  # then the exit handlers (vLLM's resource tracker may warn)
-    _, alive = psutil.wait_procs(engine, timeout=60)
-    assert not alive, f"left running: {[p.name() for p in alive]}"
+    try:
+        assert engine, "the engine's core runs in a process of its own"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert "serve: stopped" in err.splitlines()  # then the exit handlers (vLLM's resource tracker may warn)
+        _, alive = psutil.wait_procs(engine, timeout=60)
+        assert not alive, f"left running: {[p.name() for p in alive]}"
+    finally:  # nothing outlives a failure either
+        proc.kill()
+        for p in engine:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
