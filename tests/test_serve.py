@@ -503,10 +503,11 @@ def test_a_smollm2_gate_executes_its_call_at_tau_0_and_holds_it_at_tau_1(tmp_pat
         server.server_close()
 
 
-def serve_process(gate: Path, *args: str, python: str = sys.executable) -> tuple[subprocess.Popen, str]:
-    """``mice-exp serve`` of ``gate`` as its own process on a free port, once its models list answers; its URL."""
+def serve_process(gate: Path, *args: str) -> tuple[subprocess.Popen, str]:
+    """``mice-exp serve`` of ``gate`` (this Python, this checkout) as its own process on a free port, once its
+    models list answers; its URL."""
     env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.Popen([python, "-m", "mice_exp", "serve", f"model={gate}", "port=0", *args], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "mice_exp", "serve", f"model={gate}", "port=0", *args], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     said = []
     for line in proc.stderr:

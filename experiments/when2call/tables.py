@@ -118,8 +118,8 @@ def belief_rows(label: str, p: np.ndarray, y: np.ndarray, splits: np.ndarray, pr
 
 def fitted_call_now(scores: np.ndarray, y: np.ndarray, splits: np.ndarray) -> np.ndarray | None:
     """P(a call is right) for every item from a logistic regression on the four answers' per-character
-    log-likelihoods (``scores``, [N, 4]), fitted on the training split: the MCQ's belief, calibrated on what the training items say
-    (None where the training split holds one class only)."""
+    log-likelihoods (``scores``, [N, 4]), fitted on the training split: the MCQ's belief, calibrated on what the
+    training items say (None where the training split holds one class only)."""
     from sklearn.linear_model import LogisticRegression
 
     train = splits == "train"
