@@ -292,6 +292,48 @@ def test_vllm_teacher_forces_given_replies_on_its_engine(engine_stage):
     assert written_states(stage) == []
 
 
+def ranked_uniforms(logits, tokens, rng) -> np.ndarray:
+    """Each sampled token's randomised probability integral transform, the vocabulary ranked from least to most likely:
+    uniform on [0, 1] exactly when the tokens are drawn from softmax(logits); the least likely tokens give ~0, the
+    argmax ~1."""
+    import torch
+
+    probs = torch.softmax(logits.double(), -1).numpy()
+    order = np.argsort(probs, axis=-1, kind="stable")
+    ranked = np.take_along_axis(probs, order, -1)
+    place = np.argmax(order == np.asarray(tokens)[:, None], axis=-1)
+    below = np.cumsum(ranked, -1)[np.arange(len(tokens)), place] - ranked[np.arange(len(tokens)), place]
+    return below + rng.random(len(tokens)) * ranked[np.arange(len(tokens)), place]
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed in this Python (make vllm; .venv-vllm/bin/pytest)")
+@pytest.mark.timeout(600)
+def test_the_engine_samples_from_the_model_at_temperature_one(engine_stage):
+    """Self-consistency's k samples follow the model's own distribution: every token after the first goes through
+    vLLM's rejection sampler (``extract_hidden_states`` is speculative decoding), whose per-token temperature vLLM
+    0.32's CPU kernel left uninitialised until the engine's connector mended it (``mend_cpu_expand``)."""
+    import torch
+    from scipy.stats import kstest
+
+    from mice_exp.llm.prompt import PromptBuilder
+    from mice_exp.llm.sources import record_prompts
+
+    stage, output = engine_stage
+    _, examples, demos = stage.context(output)
+    runner, local = stage.backend.source_runner(), one_head_llm()
+    prompt = record_prompts(PromptBuilder.from_config(stage.prompt, local.tokenizer), examples, demos,
+                            output.records[0]).original
+    samples = runner.call([prompt]).samples(prompt, 48, 1.0, 8, None)
+    uniforms = []
+    for sample in samples:
+        with torch.inference_mode():
+            logits = local.model(torch.tensor([list(prompt) + sample])).logits[0, len(prompt):len(prompt) + len(sample) - 1]
+        uniforms.append(ranked_uniforms(logits, sample[1:], np.random.default_rng(len(uniforms))))
+    uniforms = np.concatenate(uniforms)
+    assert len(uniforms) >= 100
+    assert kstest(uniforms, "uniform").pvalue > 1e-3, (uniforms.mean(), len(uniforms))
+
+
 @pytest.fixture(scope="module")
 def engine_gate(tmp_path_factory):
     """A gate saved from one-head tiny_random's stage on ``hf`` (cosine view, MICE LR on fixed labels)."""

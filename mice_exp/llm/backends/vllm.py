@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # annotations only: torch loads with the engine
     from mice_exp.llm.model import LLM
 
 NO_STATES = "mice_exp_no_states"  # a request's kv_transfer_params key: the connector writes no states for it
-ENGINE_METHOD = "vllm-engine-1"  # sources from the engine's own passes: part of their cache key
+ENGINE_METHOD = "vllm-engine-2"  # sources from the engine's own passes: part of their cache key (2: samples mended)
 CPU_KV_CACHE_GIB = 4  # vLLM's KV cache on a CPU ($VLLM_CPU_KVCACHE_SPACE wins), not its default share of all memory
 
 
@@ -236,6 +236,11 @@ class VLLM(Backend):
         atexit.register(shutil.rmtree, storage, ignore_errors=True)
         dtype = resolve_dtype(cfg.get("dtype", "float32"), cfg.get("device", "cpu"))
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
+        if lens.device.type == "cpu":
+            # vLLM 0.32's CPU build cannot load the AOT-compiled model it saves ('function' object has no attribute
+            # 'finalize_loading') and recompiles at every start; without AOT its compile cache loads
+            # (benchmarks/engine_start.py)
+            os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
         interrupt_on_sigterm()  # the engine's core process is stopped by an exit handler, which SIGTERM would skip
         # vLLM's own connector copies through CUDA streams into pinned memory; on a CPU, the host-memory one
         connector = {"kv_connector_module_path": "mice_exp.llm.backends._vllm_connector", "kv_connector":
