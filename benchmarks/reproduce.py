@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
@@ -49,6 +50,7 @@ RECORDS = (("stage", ["records", "output={out}", "force=true"]),
            ("sources", ["records", "llm.records={out}", "sources.use=[p_true,verbalized,acts]", "output={out}"]),
            ("samples", ["records", "llm.records={out}", "sources.use=[consistency,semantic_entropy]",
                         "sources.consistency.splits=[test]", "output={out}"]))
+SOURCES = ("p_true", "verbalized", "acts", "consistency", "semantic_entropy")
 TIME = re.compile(r"^reproduce-time wall (\S+) user (\S+) sys (\S+) rss (\S+)$", re.M)
 
 
@@ -96,14 +98,14 @@ def interval(values: np.ndarray, labels: np.ndarray, draws: int = 1000) -> list[
     return [float(roc_auc_score(labels, values)), float(low), float(high)]
 
 
-def source_agreement(first: Path, second: Path) -> dict[str, dict[str, object]]:
+def source_agreement(first: Path, second: Path, names: Sequence[str] = SOURCES) -> dict[str, dict[str, object]]:
     """Each confidence source of two backends' records on the calls both scored: P(True)'s largest difference,
     how many greedy answers (verbalized, way-out) are equal, and the sampled sources as distributions (mean,
     AUROC against the first file's labels with bootstrap intervals, of minus the entropy for semantic entropy:
     seeded samples differ by engine)."""
     a, b = records(first), records(second)
     out: dict[str, dict[str, object]] = {}
-    for name in ("p_true", "verbalized", "acts", "consistency", "semantic_entropy"):
+    for name in names:
         ids = sorted(i for i in set(a) & set(b) if name in (a[i].get("sources") or {})
                      and name in (b[i].get("sources") or {}))
         if not ids:

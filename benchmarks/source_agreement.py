@@ -3,8 +3,8 @@ backends: P(True)'s largest difference, how many greedy answers are equal, the s
 
     python benchmarks/source_agreement.py experiments/records/ste-smollm2_135m.jsonl.gz VLLM_RECORDS [--json FILE]
 
-(The second file: the same records with their sources computed on the engine, ``mice-exp records
-llm.backend=vllm llm.records=FIRST sources.use=[...] output=SECOND``.)
+(The second file: the same records with some sources computed on the engine, ``mice-exp records
+llm.backend=vllm llm.records=FIRST sources.use=[...] output=SECOND``; ``--sources`` names those.)
 """
 
 from __future__ import annotations
@@ -20,9 +20,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("first", type=Path)
     parser.add_argument("second", type=Path)
+    parser.add_argument("--sources", default="p_true,verbalized,acts,consistency,semantic_entropy",
+                        help="the sources the second file computed anew (the others it carries from the first)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    found = {**sameness(args.first, args.second), "sources": source_agreement(args.first, args.second)}
+    found = {**sameness(args.first, args.second),
+             "sources": source_agreement(args.first, args.second, args.sources.split(","))}
     print(f"{found['calls']} calls in both ({found['only_one']} in one file only), {found['same_label']} with the "
           f"same label")
     for name, figures in found["sources"].items():

@@ -94,3 +94,14 @@ def test_the_published_sample_efficiency_fits_give_its_table() -> None:
         published = table[table["llm"] == llm][TABLE_COLUMNS].reset_index(drop=True)
         recomputed = summarise(own.drop(columns=["llm", "run_id"]))
         pd.testing.assert_frame_equal(recomputed, published, check_dtype=False, rtol=1e-12)
+
+
+MULTI_TURN_RECORDS = ["bfcl_multi_turn_base30-smollm2_135m", "bfcl_multi_turn_base10-gemma3_270m"]
+
+
+@pytest.mark.parametrize("records", MULTI_TURN_RECORDS)
+def test_multi_turn_step_summaries_are_the_published_ones(records: str) -> None:
+    steps = script("multi_turn/steps.py")
+    printed = steps.markdown(steps.summary(RECORDS / f"{records}.jsonl.gz"))
+    published = (EXPERIMENTS / "multi_turn" / "README.md").read_text().splitlines()
+    assert [line for line in printed.splitlines() if line not in published] == []

@@ -67,13 +67,14 @@ def summary(path: Path) -> dict[str, Any]:
 
 def markdown(s: dict[str, Any]) -> str:
     low, high = s["right_wilson"]
+    right = s["raw_confidence_mean"]["right"]
     lines = [f"- **{s['right']} of {s['steps']} steps right** (95% Wilson [{low:.3f}, {high:.3f}]) over "
              f"{s['conversations']} conversations, {s['every_step_right']} with every step right; "
              f"{s['no_parsed_call']} replies with no parsed call.",
              "- Calls named most: " + ", ".join(f"`{a}` {n}" for a, n in s["calls_named"]) + "; right ones: "
              + (", ".join(f"`{a}` {n}" for a, n in s["right_by_api"]) or "none") + ".",
-             f"- Raw confidence: right steps {s['raw_confidence_mean']['right'] or float('nan'):.3f}, wrong steps "
-             f"{s['raw_confidence_mean']['wrong']:.3f} on average."]
+             f"- Raw confidence {s['raw_confidence_mean']['wrong']:.3f} on wrong steps"
+             + ("" if right is None else f", {right:.3f} on right ones") + " on average."]
     if "raw_auroc_by_conversation" in s:
         a, lo, hi = s["raw_auroc_by_conversation"]
         lines.append(f"- Raw confidence over every step: smECE {s['raw_smece']:.3f}, AUROC {a:.3f} "
