@@ -96,7 +96,8 @@ def test_the_published_sample_efficiency_fits_give_its_table() -> None:
         pd.testing.assert_frame_equal(recomputed, published, check_dtype=False, rtol=1e-12)
 
 
-MULTI_TURN_RECORDS = ["bfcl_multi_turn_base30-smollm2_135m", "bfcl_multi_turn_base10-gemma3_270m"]
+MULTI_TURN_RECORDS = ["bfcl_multi_turn_base30-smollm2_135m", "bfcl_multi_turn_base10-gemma3_270m",
+                      "tooltalk-suite-gemma3_270m"]
 
 
 @pytest.mark.parametrize("records", MULTI_TURN_RECORDS)
