@@ -101,8 +101,8 @@ def interval(values: np.ndarray, labels: np.ndarray, draws: int = 1000) -> list[
 def source_agreement(first: Path, second: Path, names: Sequence[str] = SOURCES) -> dict[str, dict[str, object]]:
     """Each confidence source of two backends' records on the calls both scored: P(True)'s largest difference,
     how many greedy answers (verbalized, way-out) are equal, and the sampled sources as distributions (mean,
-    AUROC against the first file's labels with bootstrap intervals, of minus the entropy for semantic entropy:
-    seeded samples differ by engine)."""
+    AUROC against the first file's labels with bootstrap intervals; ``semantic_entropy`` is stored as a
+    confidence, 1 - the normalised entropy; seeded samples differ by engine)."""
     a, b = records(first), records(second)
     out: dict[str, dict[str, object]] = {}
     for name in names:
@@ -117,14 +117,13 @@ def source_agreement(first: Path, second: Path, names: Sequence[str] = SOURCES) 
             both = np.isfinite(x) & np.isfinite(y)
             x, y, labels = x[both], y[both], labels[both]
             ids = [i for i, keep in zip(ids, both) if keep]
-        sign = -1 if name == "semantic_entropy" else 1  # an entropy: higher is less confident
         if name == "p_true":
             out[name] = {"calls": len(ids), "max_abs_difference": float(np.nanmax(np.abs(x - y)))}
         elif name in ("verbalized", "acts"):
             out[name] = {"calls": len(ids), "equal": int(np.sum((x == y) | (np.isnan(x) & np.isnan(y))))}
         else:
             out[name] = {"calls": len(ids), "mean": [float(np.nanmean(x)), float(np.nanmean(y))],
-                         "auroc": [interval(sign * x, labels), interval(sign * y, labels)]}
+                         "auroc": [interval(x, labels), interval(y, labels)]}
     return out
 
 
