@@ -97,7 +97,7 @@ def test_the_published_sample_efficiency_fits_give_its_table() -> None:
 
 
 MULTI_TURN_RECORDS = ["bfcl_multi_turn_base30-smollm2_135m", "bfcl_multi_turn_base10-gemma3_270m",
-                      "tooltalk-suite-gemma3_270m"]
+                      "tooltalk-suite-gemma3_270m", "tooltalk-suite-smollm2_135m"]
 
 
 @pytest.mark.parametrize("records", MULTI_TURN_RECORDS)
