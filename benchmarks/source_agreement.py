@@ -13,14 +13,14 @@ import argparse
 import json
 from pathlib import Path
 
-from reproduce import sameness, source_agreement  # benchmarks/, the script's own folder
+from reproduce import SOURCES, sameness, source_agreement  # benchmarks/, the script's own folder
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("first", type=Path)
     parser.add_argument("second", type=Path)
-    parser.add_argument("--sources", default="p_true,verbalized,acts,consistency,semantic_entropy",
+    parser.add_argument("--sources", default=",".join(SOURCES),
                         help="the sources the second file computed anew (the others it carries from the first)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """What an LLM did on the steps of a multi-turn records file (BFCL v4 multi-turn, ToolTalk): how many steps and
-conversations are right (95% Wilson intervals), which replies name no call or a tool outside the prompt, the raw
-confidence of right and wrong steps, and its smECE and AUROC (a 95% bootstrap interval over conversations) where
-both classes occur. One JSON per records file, printed as markdown.
+conversations are right (95% Wilson intervals), how many replies hold no parsed call, which calls are named, the
+raw confidence of right and wrong steps, and its smECE and AUROC (a 95% bootstrap interval over conversations)
+where both classes occur. One JSON per records file, printed as markdown.
 
     python experiments/multi_turn/steps.py experiments/records/tooltalk-suite-gemma3_270m.jsonl.gz [--json FILE]
 """
@@ -18,6 +18,7 @@ import numpy as np
 
 from mice_exp.llm.records import read_records_file
 from mice_exp.metrics.calibration import auroc, smece, wilson_interval
+from mice_exp.metrics.trajectory import trajectories
 
 
 def conversation(record: dict[str, Any]) -> str:
@@ -25,35 +26,34 @@ def conversation(record: dict[str, Any]) -> str:
     return record.get("conversation") or record["id"].rsplit("/", 2)[0]
 
 
-def by_conversation_auroc(records: list[dict[str, Any]], draws: int = 1000) -> list[float]:
-    """AUROC of raw confidence with a 95% percentile interval, resampling whole conversations (steps of one
-    conversation are not independent); resamples with one class are skipped."""
-    groups = defaultdict(list)
-    for r in records:
-        groups[conversation(r)].append(r)
+def by_conversation_auroc(groups: dict[str, list[dict[str, Any]]], draws: int = 1000) -> list[float]:
+    """AUROC of raw confidence over every step of ``groups`` (conversation -> its steps), with a 95% percentile
+    interval resampling whole conversations (steps of one conversation are not independent); resamples with one
+    class are skipped."""
     names, rng, found = sorted(groups), np.random.default_rng(0), []
     for _ in range(draws):
         picked = [r for n in rng.choice(names, len(names)) for r in groups[n]]
         labels = [r["label"] for r in picked]
         if 0 < sum(labels) < len(labels):
             found.append(auroc([r["raw_confidence"] for r in picked], labels))
-    point = auroc([r["raw_confidence"] for r in records], [r["label"] for r in records])
+    steps = [r for n in names for r in groups[n]]
+    point = auroc([r["raw_confidence"] for r in steps], [r["label"] for r in steps])
     return [point, *np.percentile(found, [2.5, 97.5]).tolist()]
 
 
 def summary(path: Path) -> dict[str, Any]:
     records = read_records_file(path).records
     right = sum(r["label"] for r in records)
-    conversations = defaultdict(list)
+    groups = defaultdict(list)
     for r in records:
-        conversations[conversation(r)].append(r["label"])
-    every = sum(all(labels) for labels in conversations.values())
+        groups[conversation(r)].append(r)
     p = np.array([r["raw_confidence"] for r in records])
     y = np.array([r["label"] for r in records])
+    every = int(trajectories([conversation(r) for r in records], p, y)["right"].sum())
     out: dict[str, Any] = {
         "records": path.name, "steps": len(records), "right": right, "right_wilson": wilson_interval(right, len(records)),
-        "conversations": len(conversations), "every_step_right": every,
-        "every_step_right_wilson": wilson_interval(every, len(conversations)),
+        "conversations": len(groups), "every_step_right": every,
+        "every_step_right_wilson": wilson_interval(every, len(groups)),
         "no_parsed_call": sum(r.get("parse_error") is not None for r in records),
         "calls_named": Counter(r["pred_api"] for r in records if r.get("pred_api")).most_common(8),
         "right_by_api": Counter(r["pred_api"] for r in records if r["label"]).most_common(),
@@ -61,7 +61,7 @@ def summary(path: Path) -> dict[str, Any]:
     }
     if 0 < right < len(records):
         out["raw_smece"] = smece(p, y)
-        out["raw_auroc_by_conversation"] = by_conversation_auroc(records)
+        out["raw_auroc_by_conversation"] = by_conversation_auroc(groups)
     return out
 
 
