@@ -15,7 +15,10 @@ p50 / p95 latency per request, throughput, and the ratios the issue asks for (sc
 p50; concurrent / sequential throughput), with the CPU, torch's threads and the load average at start and end.
 
     .venv/bin/python benchmarks/gate_latency.py [--gate experiments/abstention/gate-smollm2_135m] [--apis 3]
-        [--limit N] [--concurrency 8]
+        [--limit N] [--concurrency 8] [--models .cache/models]
+
+On a GPU (``benchmarks/gpu_check.sh``) the gate's LLM runs on CUDA; each timed forward pass waits for the device
+before its clock stops.
 
 Time it on a quiet machine (load average < 1.5); ``--limit 2`` checks that it runs.
 """
@@ -74,6 +77,8 @@ def plain_forward(llm: Any, rows: Sequence[Sequence[int]]) -> None:
     with torch.inference_mode():
         llm.model(input_ids=ids.to(llm.device), attention_mask=mask.to(llm.device),
                   position_ids=(mask.cumsum(1) - 1).clamp(min=0).to(llm.device), use_cache=False, logits_to_keep=1)
+    if llm.device.type == "cuda":  # kernels run asynchronously: the clock stops when they finish
+        torch.cuda.synchronize(llm.device)
 
 
 def own_call(decision: Any, gold: dict) -> dict:
@@ -96,28 +101,34 @@ def main() -> None:
     parser.add_argument("--apis", type=int, default=3)
     parser.add_argument("--limit", type=int, default=None, help="only the first N queries (a check that it runs)")
     parser.add_argument("--concurrency", type=int, default=8, help="1: one request at a time only")
+    parser.add_argument("--models", type=Path, default=None,
+                        help="the model cache the gate's LLM is loaded or converted into (default: .cache/models)")
     args = parser.parse_args()
     print(f"load average at start {os.getloadavg()}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} cores")
-    gate = Gate.load(Path(args.gate))
+    gate = Gate.load(Path(args.gate), models=args.models)
     gate.warm()
     items = requests(args.apis, args.limit)
     print(f"gate {gate.describe()}; {len(items)} queries of the first {args.apis} STE APIs")
-    gate.check(*items[0][:2])  # the first request pays one-off costs (BERTScore's encoder, allocator)
     results: dict[str, dict[str, dict[str, float]]] = {}
     modes = [("sequential", 1)] + ([(f"{args.concurrency} concurrent", args.concurrency)] if args.concurrency > 1 else [])
+    fmt, tokenizer = gate.builder().fmt, gate.llm().tokenizer
     for mode, size in modes:
         print(mode)
+        # one untimed batch of this size first: a GPU picks its kernels per shape on first use
+        warm = [(m, t) for m, t, _ in items[:size]]
+        gate.check_batch(warm)
+        gate.score_batch([(m, t, gold) for m, t, gold in items[:size]])
         decisions: list[Any] = []
         lat, wall = timed(lambda b: decisions.extend(gate.check_batch([(m, t) for m, t, _ in b])), items, size)
         results.setdefault(mode, {})["check"] = summary("check", lat, wall)
-        fmt, tokenizer = gate.builder().fmt, gate.llm().tokenizer
         scored = [(m, t, own_call(d, gold)) for (m, t, gold), d in zip(items, decisions)]
         lat, wall = timed(gate.score_batch, scored, size)
         results[mode]["score"] = summary("score", lat, wall)
         prompts, _ = gate._prompts(gate._chat_examples([(m, t) for m, t, _ in scored]))
         rows = [prompts[i].ids + tokenizer.encode(fmt.write(c["function"]["name"], c["function"]["arguments"]),
                                                   add_special_tokens=False) for i, (_, _, c) in enumerate(scored)]
+        plain_forward(gate.llm(), rows[:size])
         lat, wall = timed(lambda b: plain_forward(gate.llm(), b), rows, size)
         results[mode]["forward"] = summary("forward", lat, wall)
         r = results[mode]

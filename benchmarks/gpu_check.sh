@@ -2,12 +2,13 @@
 # The GPU checks of a release, in one short run (< 8 min) on a GPU machine that has the project copied over, python3
 # with torch+CUDA, and no package index: the gpu_pool launcher on the real GPU with a 2-job sweep, the hf stage with
 # capture on a random Llama-3.1-8B-shaped model against plain generation (benchmarks/backends.py), and the gate's
-# score-a-given-call latency (benchmarks/gate_latency.py, when present). Prints the device first; the output is
+# score-a-given-call latency on a gate fitted there (benchmarks/gate_latency.py). Prints the device first; the output is
 # committed as benchmarks/gpu_check_<device>.txt.
 #
 # What the machine lacks travels in .gpu/ (git-ignored; made here by `bash benchmarks/gpu_check.sh --prepare`):
 #   site.tgz       the pure-Python packages the run imports that such an image lacks or has at other versions
-#                  (transformers 5.24 as locked, hydra, omegaconf, antlr4, gguf, relplot, skops, ...)
+#                  (transformers 5.24 as locked, hydra, omegaconf, antlr4, gguf, relplot, skops, jsonschema, ...)
+#   wheels/        compiled ones for the machine's Python 3.12 (rpds-py, under jsonschema: the gate checks calls)
 #   cache/models/  SmolLM2's tokenizer files, converted once here (a random model borrows them; no weights travel)
 #   shared/data/   the STE data (the ../shared beside a checkout does not travel)
 #   prompts.json   the 45 STE prompts' token ids (benchmarks/backends.py --save-prompts)
@@ -28,14 +29,18 @@ if [ "${1:-}" = "--prepare" ]; then  # here, with the project's .venv
   done
   rm -rf .gpu/full-cache
   tar czf .gpu/site.tgz --exclude=__pycache__ -C "$S" transformers huggingface_hub hydra omegaconf antlr4 gguf relplot skops \
-    deprecation.py sniffio httpx2 httpcore2 truststore submitit hydra_plugins \
-    $(cd "$S" && ls -d {transformers,huggingface_hub,hydra_core,omegaconf,httpx2,httpcore2,truststore,sniffio,submitit,gguf,relplot,skops,deprecation,antlr4_python3_runtime,hydra_submitit_launcher}-*.dist-info)
-  grep -qx "/.gpu/" .git/info/exclude || echo "/.gpu/" >> .git/info/exclude
+    deprecation.py sniffio httpx2 httpcore2 truststore submitit hydra_plugins jsonschema jsonschema_specifications referencing \
+    $(cd "$S" && ls -d {transformers,huggingface_hub,hydra_core,omegaconf,httpx2,httpcore2,truststore,sniffio,submitit,gguf,relplot,skops,deprecation,antlr4_python3_runtime,hydra_submitit_launcher,jsonschema,jsonschema_specifications,referencing}-*.dist-info)
+  rm -rf .gpu/wheels; python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .gpu/wheels \
+    "rpds-py==$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('rpds-py'))")"
+  mkdir -p .git/info; grep -qsx "/.gpu/" .git/info/exclude || echo "/.gpu/" >> .git/info/exclude
   du -sh .gpu; exit 0
 fi
 
 [ -f .gpu/site.tgz ] || { echo "gpu_check: .gpu/site.tgz missing; expected 'bash benchmarks/gpu_check.sh --prepare' run first (and .gpu carried)"; exit 2; }
 mkdir -p /tmp/site && tar xzf .gpu/site.tgz -C /tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .gpu/wheels/*.whl
 export PYTHONPATH=/tmp/site:$ROOT PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 [ -e ../shared ] || ln -s "$ROOT/.gpu/shared" ../shared
 CACHE=/tmp/mice-cache; mkdir -p $CACHE && cp -r .gpu/cache/models $CACHE/
@@ -59,11 +64,19 @@ timeout 240 $PY benchmarks/backends.py --prompts .gpu/prompts.json --llm llama3_
   | grep -vE "Loading weights|it/s\]"
 fi
 
-if [[ " $PARTS " != *" 3 "* ]]; then :
-elif [ -f benchmarks/gate_latency.py ]; then
-  echo; echo "== 3. the gate: score a given call against generate-and-check and one plain forward pass"
-  timeout 150 $PY benchmarks/gate_latency.py --gpu-check paths.cache=$CACHE 2>&1 | grep -vE "Loading weights|it/s\]"
+if [[ " $PARTS " == *" 3 "* ]]; then
+echo; echo "== 3. the gate on the GPU: score a given call against generate-and-check and one plain forward pass"
+echo "(a gate fitted here on the random Llama-3.1-8B-shaped model: 45 STE calls, zero-shot, conf_only, mice_lr; its labels"
+echo " are all wrong, so its estimator predicts the base rate: the figures are the LLM side's, which is what a GPU changes;"
+echo " the first 24 queries: a random model writes all 96 new tokens, so check is an upper bound)"
+GATE=$(timeout 200 $PY -m mice_exp llm=llama3_1_8b_random prompt.k_demos=0 dataset.max_apis=3 features=conf_only \
+  estimator=mice_lr tracking.enabled=false paths.cache=$CACHE hydra.run.dir=/tmp/gate_fit 2>&1 \
+  | tee /tmp/gate_fit.log | sed -n 's/^gate saved: \([^ ]*\) .*/\1/p')
+if [ -n "$GATE" ]; then
+  timeout 240 $PY benchmarks/gate_latency.py --gate "$GATE" --models $CACHE/models --limit 24 2>&1 | tr '\r' '\n' \
+    | grep -vE "Loading weights|/s\]|^ *$"
 else
-  echo; echo "== 3. skipped: benchmarks/gate_latency.py is not in this commit"
+  echo "part 3: no gate saved; the end of the fit's log:"; tail -20 /tmp/gate_fit.log
+fi
 fi
 echo; echo "done $(date -u +%FT%TZ)"

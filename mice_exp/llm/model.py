@@ -67,7 +67,8 @@ class LLM:
         earlier block keeps a tie, so the result is argmax's (first maximum) exactly.
         """
         head = self.model.get_output_embeddings()
-        normed = self.final_norm(hidden)
+        # states kept in float32 (a teacher-forced replay's) go back to the model's dtype: exact for a bf16 model's
+        normed = self.final_norm(hidden.to(head.weight.dtype))
         best = arg = None
         for lo in range(0, head.weight.shape[0], block):
             bias = None if head.bias is None else head.bias[lo:lo + block]
