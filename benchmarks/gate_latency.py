@@ -8,6 +8,11 @@ of ``experiments/abstention``), per request:
   call), teacher-forced in one forward pass, then the same features and estimator;
 * ``forward``: one plain forward pass of the gate's LLM over the same prompt and call (no capture, no lens, no
   features): the floor, since scoring a call cannot be cheaper than one prefill of it.
+* ``forward0``: the same forward pass over the zero-shot prompt (no demonstrations) and the same call: what a
+  shorter prompt buys (a gate fitted zero-shot would pay this floor instead).
+
+It also prints the prompts' mean length with and without demonstrations and the prefix every prompt shares (what
+a cache of a shared prefix could skip).
 
 Sequentially (one request at a time) and 8 concurrent (``--concurrency``: the requests in batches of 8, as a
 server's queue hands them to ``check_batch`` / ``score_batch``, and one padded forward pass of 8 rows), it prints
@@ -16,6 +21,10 @@ p50; concurrent / sequential throughput), with the CPU, torch's threads and the 
 
     .venv/bin/python benchmarks/gate_latency.py [--gate experiments/abstention/gate-smollm2_135m] [--apis 3]
         [--limit N] [--concurrency 8] [--models .cache/models]
+    .venv-vllm/bin/python benchmarks/gate_latency.py --backend vllm ...   # the gate's LLM on the engine
+
+Under ``--backend vllm`` the engine's prefix cache is emptied before every timed pass: check, score and the
+forward passes share their prompts, and a pass would otherwise reuse the one before it.
 
 On a GPU (``benchmarks/gpu_check.sh``) the gate's LLM runs on CUDA; each timed forward pass waits for the device
 before its clock stops.
@@ -81,6 +90,15 @@ def plain_forward(llm: Any, rows: Sequence[Sequence[int]]) -> None:
         torch.cuda.synchronize(llm.device)
 
 
+def engine_forward(engine: Any, rows: Sequence[Sequence[int]]) -> None:
+    """The floor on vLLM: one prefill of each row with one new token, in one engine call (the same engine, so its
+    layer states are extracted too: the engine has no plain mode beside them)."""
+    from vllm import SamplingParams, TokensPrompt
+
+    engine.engine.generate([TokensPrompt(prompt_token_ids=list(r)) for r in rows],
+                           SamplingParams(temperature=0.0, max_tokens=1, detokenize=False), use_tqdm=False)
+
+
 def own_call(decision: Any, gold: dict) -> dict:
     """The gate's own call as a host would hand it back (its argument JSON as written), or ``gold`` where the
     gate made none."""
@@ -101,18 +119,28 @@ def main() -> None:
     parser.add_argument("--apis", type=int, default=3)
     parser.add_argument("--limit", type=int, default=None, help="only the first N queries (a check that it runs)")
     parser.add_argument("--concurrency", type=int, default=8, help="1: one request at a time only")
+    parser.add_argument("--backend", choices=("hf", "vllm"), default="hf", help="what runs the gate's LLM")
     parser.add_argument("--models", type=Path, default=None,
                         help="the model cache the gate's LLM is loaded or converted into (default: .cache/models)")
     args = parser.parse_args()
     print(f"load average at start {os.getloadavg()}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} cores")
-    gate = Gate.load(Path(args.gate), models=args.models)
+    gate = Gate.load(Path(args.gate), models=args.models, engine={"backend": args.backend})
     gate.warm()
+    llm = gate.llm()
+    forward = (lambda b: engine_forward(llm, b)) if args.backend == "vllm" else (lambda b: plain_forward(llm, b))
+    cold = llm.engine.reset_prefix_cache if args.backend == "vllm" else (lambda: None)
     items = requests(args.apis, args.limit)
-    print(f"gate {gate.describe()}; {len(items)} queries of the first {args.apis} STE APIs")
+    print(f"gate {gate.describe()} on {args.backend}; {len(items)} queries of the first {args.apis} STE APIs")
     results: dict[str, dict[str, dict[str, float]]] = {}
     modes = [("sequential", 1)] + ([(f"{args.concurrency} concurrent", args.concurrency)] if args.concurrency > 1 else [])
-    fmt, tokenizer = gate.builder().fmt, gate.llm().tokenizer
+    fmt, tokenizer = gate.builder().fmt, llm.tokenizer
+    examples = gate._chat_examples([(m, t) for m, t, _ in items])
+    few_shot = [p.ids for p in gate._prompts(examples)[0].values()]
+    zero_shot = [gate.builder().build(examples[i], [], 10**9).ids for i in sorted(examples)]
+    print(f"prompt tokens: mean {np.mean([len(p) for p in few_shot]):.0f} as the gate builds them "
+          f"({gate.prompt_cfg['k_demos']} demonstrations), {np.mean([len(p) for p in zero_shot]):.0f} zero-shot; "
+          f"the prefix all {len(few_shot)} share: {len(os.path.commonprefix(few_shot))} tokens")
     for mode, size in modes:
         print(mode)
         # one untimed batch of this size first: a GPU picks its kernels per shape on first use
@@ -120,23 +148,31 @@ def main() -> None:
         gate.check_batch(warm)
         gate.score_batch([(m, t, gold) for m, t, gold in items[:size]])
         decisions: list[Any] = []
+        cold()
         lat, wall = timed(lambda b: decisions.extend(gate.check_batch([(m, t) for m, t, _ in b])), items, size)
         results.setdefault(mode, {})["check"] = summary("check", lat, wall)
         scored = [(m, t, own_call(d, gold)) for (m, t, gold), d in zip(items, decisions)]
+        cold()
         lat, wall = timed(gate.score_batch, scored, size)
         results[mode]["score"] = summary("score", lat, wall)
         prompts, _ = gate._prompts(gate._chat_examples([(m, t) for m, t, _ in scored]))
         rows = [prompts[i].ids + tokenizer.encode(fmt.write(c["function"]["name"], c["function"]["arguments"]),
                                                   add_special_tokens=False) for i, (_, _, c) in enumerate(scored)]
-        plain_forward(gate.llm(), rows[:size])
-        lat, wall = timed(lambda b: plain_forward(gate.llm(), b), rows, size)
+        forward(rows[:size])
+        cold()
+        lat, wall = timed(forward, rows, size)
         results[mode]["forward"] = summary("forward", lat, wall)
+        short = [zero_shot[i] + row[len(prompts[i].ids):] for i, row in enumerate(rows)]
+        forward(short[:size])
+        cold()
+        lat, wall = timed(forward, short, size)
+        results[mode]["forward0"] = summary("forward0", lat, wall)
         r = results[mode]
         print(f"  score / forward at p50 {r['score']['p50'] / r['forward']['p50']:.2f}x; "
               f"score / check at p50 {r['score']['p50'] / r['check']['p50']:.2f}x")
     if len(modes) > 1:
         seq, con = results["sequential"], results[modes[1][0]]
-        for name in ("check", "score", "forward"):
+        for name in ("check", "score", "forward", "forward0"):
             print(f"{name}: {args.concurrency} concurrent / sequential throughput "
                   f"{con[name]['throughput'] / seq[name]['throughput']:.2f}x")
     print(f"load average at end {os.getloadavg()}")
