@@ -156,6 +156,6 @@ def test_the_latency_benchmark_runs_on_a_tiny_gate(fitted):
                           "--limit", "2", "--concurrency", "2"], cwd=PACKAGE_ROOT, capture_output=True, text=True,
                          timeout=600, env=os.environ | {"PYTHONPATH": str(PACKAGE_ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
-    for line in ("sequential", "2 concurrent", "  check    p50", "  score    p50", "  forward  p50",
-                 "score / forward at p50", "score: 2 concurrent / sequential throughput", "load average at end"):
+    for line in ("prompt tokens: mean", "sequential", "2 concurrent", "  check    p50", "  score    p50", "  forward  p50",
+                 "  forward0 p50", "score / forward at p50", "score: 2 concurrent / sequential throughput", "load average at end"):
         assert line in out.stdout
