@@ -375,6 +375,25 @@ def test_a_gate_checks_and_scores_on_the_engine(engine_stage, engine_gate):
 
 
 @pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed in this Python (make vllm; .venv-vllm/bin/pytest)")
+@pytest.mark.timeout(900)
+def test_the_latency_benchmark_runs_on_the_engine(engine_gate, monkeypatch):
+    """``benchmarks/gate_latency.py --backend vllm``: check, score and the engine's prefill as the floor, each pass
+    from a cold prefix cache, on an engine of its own (a second process beside this module's engine)."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # beside this module's engine
+    out = subprocess.run([sys.executable, "benchmarks/gate_latency.py", "--gate", str(engine_gate[0]), "--backend",
+                          "vllm", "--apis", "1", "--limit", "2", "--concurrency", "2"], cwd=PACKAGE_ROOT,
+                         capture_output=True, text=True, timeout=840, env=os.environ | {"PYTHONPATH": str(PACKAGE_ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert " on vllm; 2 queries" in out.stdout
+    for name in ("check", "score", "forward", "forward0"):
+        assert f"{name}: 2 concurrent / sequential throughput" in out.stdout
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed in this Python (make vllm; .venv-vllm/bin/pytest)")
 @pytest.mark.timeout(600)
 def test_a_served_engine_stops_with_the_server(engine_gate, monkeypatch):
     """SIGTERM to ``mice-exp serve llm.backend=vllm`` (a scheduler's or container's stop) ends the engine's core
