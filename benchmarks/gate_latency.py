@@ -136,7 +136,8 @@ def main() -> None:
     modes = [("sequential", 1)] + ([(f"{args.concurrency} concurrent", args.concurrency)] if args.concurrency > 1 else [])
     fmt, tokenizer = gate.builder().fmt, llm.tokenizer
     examples = gate._chat_examples([(m, t) for m, t, _ in items])
-    few_shot = [p.ids for p in gate._prompts(examples)[0].values()]
+    prompts = gate._prompts(examples)[0]  # the same messages and tools in every pass: built once
+    few_shot = [prompts[i].ids for i in sorted(prompts)]
     zero_shot = [gate.builder().build(examples[i], [], 10**9).ids for i in sorted(examples)]
     print(f"prompt tokens: mean {np.mean([len(p) for p in few_shot]):.0f} as the gate builds them "
           f"({gate.prompt_cfg['k_demos']} demonstrations), {np.mean([len(p) for p in zero_shot]):.0f} zero-shot; "
@@ -155,7 +156,6 @@ def main() -> None:
         cold()
         lat, wall = timed(gate.score_batch, scored, size)
         results[mode]["score"] = summary("score", lat, wall)
-        prompts, _ = gate._prompts(gate._chat_examples([(m, t) for m, t, _ in scored]))
         rows = [prompts[i].ids + tokenizer.encode(fmt.write(c["function"]["name"], c["function"]["arguments"]),
                                                   add_special_tokens=False) for i, (_, _, c) in enumerate(scored)]
         forward(rows[:size])
