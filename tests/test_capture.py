@@ -129,8 +129,9 @@ def test_blocked_lens_argmax_keeps_the_first_of_tied_maxima(tokenizer):
     assert int(llm.lens_argmax(hidden, block=64)) == min(winner, twin) == int(llm.lens_logits(hidden).argmax())
 
 
-def test_lens_argmax_of_a_bf16_model_takes_the_float32_states_a_replay_keeps(tokenizer):
+def test_the_lens_of_a_bf16_model_takes_the_float32_states_a_replay_keeps(tokenizer):
     llm = make_llm(tokenizer, "llama")
     llm.model.to(torch.bfloat16)
     hidden = torch.randn(20, 64).to(torch.bfloat16)  # states as the model makes them
     assert torch.equal(llm.lens_argmax(hidden.float()), llm.lens_argmax(hidden))
+    assert torch.equal(llm.lens_logits(hidden.float()), llm.lens_logits(hidden))  # the engine's replay reads these

@@ -55,9 +55,14 @@ class LLM:
         """Gemma's final logit softcap, applied after the unembedding (None for most models)."""
         return getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
 
+    def _normed(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The final norm of ``hidden`` in the unembedding's dtype: states kept in float32 (a teacher-forced replay's,
+        an engine's read-back) go back to the model's dtype, which is exact for states a bf16 model made."""
+        return self.final_norm(hidden.to(self.model.get_output_embeddings().weight.dtype))
+
     def lens_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logit lens: the model's own final norm, unembedding and logit post-processing."""
-        return self._post(self.model.get_output_embeddings()(self.final_norm(hidden)))
+        return self._post(self.model.get_output_embeddings()(self._normed(hidden)))
 
     def lens_argmax(self, hidden: torch.Tensor, block: int = 2048) -> torch.Tensor:
         """``lens_logits(hidden).argmax(-1)`` over vocabulary blocks of ``block`` rows of the unembedding.
@@ -67,8 +72,7 @@ class LLM:
         earlier block keeps a tie, so the result is argmax's (first maximum) exactly.
         """
         head = self.model.get_output_embeddings()
-        # states kept in float32 (a teacher-forced replay's) go back to the model's dtype: exact for a bf16 model's
-        normed = self.final_norm(hidden.to(head.weight.dtype))
+        normed = self._normed(hidden)
         best = arg = None
         for lo in range(0, head.weight.shape[0], block):
             bias = None if head.bias is None else head.bias[lo:lo + block]
