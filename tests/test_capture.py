@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mice_exp.llm.capture import _Recorder, generate_batch
-from mice_exp.llm.model import LLM
+from mice_exp.llm.model import _OUT_U, LLM, bf16_screen, screen_bound, screened_argmax
 
 
 def reference(llm: LLM, prompt: list[int], generated: list[int]):
@@ -135,3 +135,85 @@ def test_the_lens_of_a_bf16_model_takes_the_float32_states_a_replay_keeps(tokeni
     hidden = torch.randn(20, 64).to(torch.bfloat16)  # states as the model makes them
     assert torch.equal(llm.lens_argmax(hidden.float()), llm.lens_argmax(hidden))
     assert torch.equal(llm.lens_logits(hidden.float()), llm.lens_logits(hidden))  # the engine's replay reads these
+
+
+def float32_llm(tokenizer, model_type: str = "llama", **extra) -> LLM:
+    """A float32 model (what every CPU run uses), the lens screened in bf16 whatever this CPU has."""
+    llm = make_llm(tokenizer, model_type, **extra)
+    llm.model.float()
+    llm.lens_screen = True
+    return llm
+
+
+def test_the_bf16_screened_lens_is_the_float32_argmax(tokenizer):
+    llm = float32_llm(tokenizer)
+    hidden = torch.randn(600, 64)  # more rows than one screened chunk
+    screened = llm.lens_argmax(hidden)
+    llm.lens_screen = False
+    assert torch.equal(screened, llm.lens_argmax(hidden))
+    assert torch.equal(screened, llm.lens_logits(hidden).argmax(dim=-1))
+
+
+def test_a_vocabulary_of_no_multiple_of_the_screens_group_is_padded_with_tokens_that_never_win():
+    weight = torch.rand(1000, 32) + 0.1
+    states = -torch.rand(300, 32) - 0.1  # every logit below the padding's zeros
+    logits = states @ weight.T
+    found = screened_argmax(states, weight, bf16_screen(weight), post=lambda x: x, exact=lambda rows: None, rows=128)
+    assert torch.equal(found, logits.argmax(dim=-1))
+
+
+@pytest.mark.parametrize("scale", [0.01, 1.0, 30.0])
+def test_every_bf16_logit_is_within_the_screens_bound_of_its_float32_one(scale):
+    """The inequality the screen rests on, |A - L| <= B0 + u|A|, on a vocabulary of 5,000 and 500 rows; and the
+    bound is not vacuous (within 100x of the largest error seen: it is a worst case, ~35x on random data)."""
+    torch.manual_seed(1)
+    weight, states = torch.randn(5000, 576) * 0.05, torch.randn(500, 576) * scale
+    low, column_max = bf16_screen(weight)
+    approx = (states.bfloat16() @ low[:, :5000]).float()
+    error = (approx - states @ weight.T).abs()
+    allowed = screen_bound(states, column_max)[:, None] + _OUT_U * approx.abs()
+    assert (error <= allowed).all()
+    assert allowed.max() < 100 * error.max()
+
+
+def test_the_screen_finds_the_float32_winner_that_bf16_cannot_tell_from_a_twin(tokenizer):
+    """A twin of the winning row with every product 2^-10 smaller rounds to the same bf16 row: bf16 logits tie and
+    the earlier twin would win; the float32 logits, computed for both, keep the real winner."""
+    llm = float32_llm(tokenizer)
+    head = llm.model.get_output_embeddings().weight
+    hidden = torch.randn(1, 64)
+    with torch.no_grad():
+        head.copy_(head.bfloat16().float())  # every row exactly representable in bf16
+        winner = int(llm.lens_logits(hidden).argmax())
+        twin = winner - 1 if winner else 1
+        normed = llm.final_norm(hidden)[0]
+        head[twin] = head[winner] * (1 - 2.0**-10 * torch.sign(normed * head[winner]))
+    assert torch.equal(head[twin].bfloat16(), head[winner].bfloat16())
+    if twin < winner:
+        assert int(llm.lens_argmax(hidden)) == winner
+    else:  # the twin is later: swap them, so the first of the bf16 tie is the twin
+        with torch.no_grad():
+            head[[winner, twin]] = head[[twin, winner]]
+        assert int(llm.lens_argmax(hidden)) == twin
+    llm.lens_screen = False
+    assert int(llm.lens_argmax(hidden)) == int(llm.lens_logits(hidden).argmax())
+
+
+def test_the_screened_lens_keeps_the_first_of_tied_maxima(tokenizer):
+    llm = float32_llm(tokenizer)
+    hidden = torch.randn(1, 64)
+    winner = int(llm.lens_logits(hidden).argmax())
+    twin = (winner + 500) % llm.model.get_output_embeddings().weight.shape[0]
+    with torch.no_grad():
+        llm.model.get_output_embeddings().weight[twin] = llm.model.get_output_embeddings().weight[winner]
+    assert int(llm.lens_argmax(hidden)) == min(winner, twin)
+
+
+def test_a_softcap_that_flattens_the_top_logits_into_a_tie_is_computed_in_full(tokenizer):
+    """Gemma's softcap rounds every logit above ~9 caps to the cap itself: the first token at the cap wins, which
+    the screen's neighbourhood of the largest logit need not hold; such rows go to the full float32 lens."""
+    llm = float32_llm(tokenizer, "gemma3_text", final_logit_softcapping=0.5)
+    hidden = torch.randn(40, 64) * 50
+    flat = llm.lens_logits(hidden)
+    assert (flat == flat.max(dim=-1, keepdim=True).values).sum(dim=-1).max() > 1  # ties at the cap
+    assert torch.equal(llm.lens_argmax(hidden), flat.argmax(dim=-1))
