@@ -21,7 +21,13 @@ backends' records give every call the same label (and how many calls the same ge
 
 ``--apis 3`` is the 45-call subset (``+scale=small``'s); ``--presets`` picks presets (default: all of
 ``conf/experiment``). Run it on a quiet machine (load average < 1.5, printed at the start and the end) from a
-venv that has vLLM (``make vllm``); ``--json FILE`` keeps the figures.
+venv that has vLLM (``make vllm``); ``--json FILE`` keeps the figures, rewritten after every step.
+
+``--resume`` keeps each backend's folder and the steps it finished (``figures.json`` there: each step's figures
+with its CPU, load and time), for a run longer than a session (all 750 calls): a step that was cut off is rolled
+back first (every file it added removed; one it changed in place refuses the resume) and runs again whole, so
+every step's figure is one uninterrupted run; the total is then a sum of steps timed at different times, which
+the table says.
 """
 
 from __future__ import annotations
@@ -51,7 +57,43 @@ RECORDS = (("stage", ["records", "output={out}", "force=true"]),
            ("samples", ["records", "llm.records={out}", "sources.use=[consistency,semantic_entropy]",
                         "sources.consistency.splits=[test]", "output={out}"]))
 SOURCES = ("p_true", "verbalized", "acts", "consistency", "semantic_entropy")
+BOOKKEEPING = ("figures.json", "pending.json", "log.txt")
 TIME = re.compile(r"^reproduce-time wall (\S+) user (\S+) sys (\S+) rss (\S+)$", re.M)
+
+
+def files(folder: Path) -> dict[str, list[int]]:
+    """Every file under ``folder`` (links not followed: the shared model folder is not the run's) but the run's
+    own bookkeeping, with its size and modification time."""
+    found = {}
+    for top, _, names in os.walk(folder):
+        for name in names:
+            path = Path(top) / name
+            if name not in BOOKKEEPING and not path.is_symlink():
+                found[str(path.relative_to(folder))] = [path.stat().st_size, path.stat().st_mtime_ns]
+    return found
+
+
+def start_step(folder: Path, step: str) -> None:
+    """Note the files before ``step`` runs, so that a resume can undo it if it is cut off (:func:`roll_back`)."""
+    (folder / "pending.json").write_text(json.dumps({"step": step, "files": files(folder)}))
+
+
+def roll_back(folder: Path) -> None:
+    """Undo the step a resumed run was cut off in (``pending.json``: the files before it): what it added goes;
+    a file it changed in place cannot be undone, and the resume stops saying so."""
+    pending = folder / "pending.json"
+    if not pending.exists():
+        return
+    before = json.loads(pending.read_text())
+    now = files(folder)
+    changed = sorted(f for f, stat in before["files"].items() if now.get(f) != stat)
+    if changed:
+        sys.exit(f"reproduce --resume: step {before['step']!r} was cut off after changing {changed[0]} in {folder}; "
+                 "expected only new files; run again without --resume")
+    for name in set(now) - set(before["files"]):
+        (folder / name).unlink()
+    pending.unlink()
+    print(f"  rolled back the cut-off step {before['step']!r} in {folder}", flush=True)
 
 
 def steps(presets: list[str]) -> list[tuple[str, list[str]]]:
@@ -134,8 +176,9 @@ def main() -> None:
     parser.add_argument("--backends", default="hf,vllm")
     parser.add_argument("--presets", default=",".join(PRESETS))
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "reproduce",
-                        help="each backend's cache, records, multirun folders and log (emptied first)")
+                        help="each backend's cache, records, multirun folders and log (emptied first but with --resume)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--resume", action="store_true", help="keep the finished steps of an earlier run (--dir)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every step (e.g. a tiny model's shape)")
     args = parser.parse_args()
     backends, presets = args.backends.split(","), [p for p in args.presets.split(",") if p]
@@ -150,21 +193,40 @@ def main() -> None:
     figures: dict[str, dict[str, dict[str, float]]] = {}
     for backend in backends:
         folder = args.dir / backend
-        shutil.rmtree(folder, ignore_errors=True)
-        (folder / "cache").mkdir(parents=True)
-        (folder / "cache" / "models").symlink_to(ROOT / ".cache" / "models")
+        done = folder / "figures.json"
+        if args.resume and done.exists():
+            roll_back(folder)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            (folder / "cache").mkdir(parents=True)
+            (folder / "cache" / "models").symlink_to(ROOT / ".cache" / "models")
+            done.write_text("{}\n")
         out = folder / "records.jsonl.gz"
         common = [f"llm={args.llm}", f"llm.backend={backend}", f"paths.cache={folder / 'cache'}",
                   f"hydra.sweep.dir={folder / 'multirun'}", "tracking.enabled=false", *scale, *args.overrides]
-        figures[backend] = {}
+        figures[backend] = json.loads(done.read_text())
         for name, step in steps(presets):
-            started = time.perf_counter()
             print(f"  {backend:5s} {name:18s}", end="", flush=True)
+            if name in figures[backend]:
+                print(f" {figures[backend][name]['wall_s']:9.1f} s (timed {figures[backend][name]['at']})", flush=True)
+                continue
+            start_step(folder, name)
+            started, load = time.perf_counter(), os.getloadavg()[0]
             for_preset = [] if step[0] == "records" else [f"hydra.sweep.subdir={name}/${{hydra.job.num}}"]
-            figures[backend][name] = run_step([a.format(out=out) for a in step] + common + for_preset,
-                                              folder / "log.txt")
+            figures[backend][name] = {**run_step([a.format(out=out) for a in step] + common + for_preset,
+                                                 folder / "log.txt"),
+                                      "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu,
+                                      "load": [round(load, 2), round(os.getloadavg()[0], 2)]}
+            done.write_text(json.dumps(figures[backend], indent=2) + "\n")
+            (folder / "pending.json").unlink()
             print(f" {time.perf_counter() - started:9.1f} s", flush=True)
-    print(f"load average at end {os.getloadavg()}\n")
+            if args.json:
+                args.json.write_text(json.dumps({"llm": args.llm, "apis": args.apis, "cpu": cpu, "figures": figures},
+                                                indent=2) + "\n")
+    print(f"load average at end {os.getloadavg()}")
+    times = sorted(f["at"] for b in backends for f in figures[b].values())
+    print(f"steps timed from {times[0]} to {times[-1]}" + (" (resumed: the total sums steps timed apart)\n"
+                                                          if args.resume else "\n"))
     names = [name for name, _ in steps(presets)]
     print(f"{'step':18s}" + "".join(f"{b:>12s}" for b in backends) + "".join(f"{b + '/' + backends[0]:>12s}"
                                                                              for b in backends[1:]))

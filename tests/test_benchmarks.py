@@ -31,3 +31,21 @@ def test_the_shards_benchmark_compares_one_worker_with_two():
     for line in ("1 worker  x ", "2 workers x ", "ratio (1 worker / 2 workers):", "2 workers against 1 worker x ",
                  "load before:", "load after:", "cpu:"):
         assert line in out.stdout
+
+
+def test_a_resumed_reproduction_undoes_the_step_it_was_cut_off_in(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from reproduce import roll_back, start_step
+
+    (tmp_path / "records.jsonl.gz").write_text("stage's records")
+    (tmp_path / "figures.json").write_text('{"stage": {}}')
+    start_step(tmp_path, "sources")
+    (tmp_path / "cache" / "sources").mkdir(parents=True)
+    (tmp_path / "cache" / "sources" / "p_true.npz").write_text("half of a step")
+    roll_back(tmp_path)
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["figures.json", "records.jsonl.gz"]
+
+    start_step(tmp_path, "sources")
+    (tmp_path / "records.jsonl.gz").write_text("rewritten in place")
+    with pytest.raises(SystemExit, match="'sources' was cut off after changing records.jsonl.gz"):
+        roll_back(tmp_path)
