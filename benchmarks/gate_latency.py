@@ -91,12 +91,15 @@ def plain_forward(llm: Any, rows: Sequence[Sequence[int]]) -> None:
 
 
 def engine_forward(engine: Any, rows: Sequence[Sequence[int]]) -> None:
-    """The floor on vLLM: one prefill of each row with one new token, in one engine call (the same engine, so its
-    layer states are extracted too: the engine has no plain mode beside them)."""
+    """The floor on vLLM: one prefill of each row with one new token, in one engine call; the engine's forward
+    extracts every layer as ever, but no request writes its states out (what scoring reads back is its own cost)."""
     from vllm import SamplingParams, TokensPrompt
 
+    from mice_exp.llm.backends.vllm import NO_STATES
+
     engine.engine.generate([TokensPrompt(prompt_token_ids=list(r)) for r in rows],
-                           SamplingParams(temperature=0.0, max_tokens=1, detokenize=False), use_tqdm=False)
+                           SamplingParams(temperature=0.0, max_tokens=1, detokenize=False,
+                                          extra_args={"kv_transfer_params": {NO_STATES: True}}), use_tqdm=False)
 
 
 def own_call(decision: Any, gold: dict) -> dict:

@@ -292,6 +292,30 @@ def test_vllm_teacher_forces_given_replies_on_its_engine(engine_stage):
     assert written_states(stage) == []
 
 
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed in this Python (make vllm; .venv-vllm/bin/pytest)")
+def test_the_engine_writes_only_the_states_a_reply_reads(engine_stage):
+    """A request asking for its last positions' states (``TAIL``, as a stage's generation and a teacher-forced reply
+    do) gets those, from the start of the block they begin in, not every position of its prompt."""
+    from vllm import SamplingParams, TokensPrompt
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+        cleanup_hidden_states, load_hidden_states)
+
+    from mice_exp.llm.backends.vllm import TAIL
+
+    stage, _ = engine_stage
+    engine = stage.backend.generator()
+    prompt = engine.tokenizer.encode("What is the date 90 days from 2022-10-14? " * 30)
+    params = SamplingParams(temperature=0.0, max_tokens=1, detokenize=False,
+                            extra_args={"kv_transfer_params": {TAIL: 3}})
+    (out,) = engine.engine.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)
+    path = out.kv_transfer_params["hidden_states_path"]
+    saved = load_hidden_states(path)
+    cleanup_hidden_states(path)
+    kept, block = saved["hidden_states"].shape[0], engine.engine.llm_engine.vllm_config.cache_config.block_size
+    assert len(prompt) > 3 + block and 3 <= kept < 3 + block
+    assert saved["token_ids"].tolist() == prompt[-kept:]
+
+
 def ranked_uniforms(logits, tokens, rng) -> np.ndarray:
     """Each sampled token's randomised probability integral transform, the vocabulary ranked from least to most likely:
     uniform on [0, 1] exactly when the tokens are drawn from softmax(logits); the least likely tokens give ~0, the

@@ -2,7 +2,9 @@
 
 vLLM 0.32's ``ExampleHiddenStatesConnector`` writes every finished request's states to disk: a confidence
 source's request (P(True), a greedy follow-up, k samples) wants none, and one 1,200-token prompt's states of
-every layer are ~90 MB. A request whose ``kv_transfer_params`` holds ``{NO_STATES: True}`` is left out here.
+every layer are ~90 MB. A request whose ``kv_transfer_params`` holds ``{NO_STATES: True}`` is left out here, and one
+holding ``{TAIL: N}`` gets the states of its last N positions only (from the start of the block they begin in),
+which is all a stage's generation or a teacher-forced reply reads.
 
 On a CPU the parent copies each request's states out of its cache through a CUDA stream into pinned memory; a
 CPU build has neither, and fails at the first request. There the same slots are read from the (host) cache and
@@ -24,7 +26,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
     ExampleHiddenStatesConnector, PendingSave, extract_from_kv_cache)
 
-from mice_exp.llm.backends.vllm import NO_STATES
+from mice_exp.llm.backends.vllm import NO_STATES, TAIL
 
 
 class SelectiveHiddenStatesConnector(ExampleHiddenStatesConnector):
@@ -39,6 +41,18 @@ class SelectiveHiddenStatesConnector(ExampleHiddenStatesConnector):
                 meta.new_req_filenames.pop(new.req_id, None)
                 self._request_filenames.pop(new.req_id, None)
         return meta
+
+    def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        """The parent's save, cut to a :data:`~mice_exp.llm.backends.vllm.TAIL`: the worker reads a save's positions
+        from the start of its first block, so whole blocks before the tail's go, with their tokens."""
+        delay, params = super().request_finished(request, block_ids)
+        tail = (request.kv_transfer_params or {}).get(TAIL)
+        pending = self._pending_saves.get(request.request_id)
+        if tail and pending is not None:
+            first = max(pending.token_ids.shape[0] - int(tail), 0) // self._block_size
+            pending.token_ids = pending.token_ids[first * self._block_size:]
+            pending.block_ids = pending.block_ids[first:]
+        return delay, params
 
 
 def expand_batch_to_tokens(x: torch.Tensor, cu_num_tokens: torch.Tensor, num_tokens: int, replace_from: int = 0,

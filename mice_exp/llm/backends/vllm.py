@@ -38,6 +38,9 @@ if TYPE_CHECKING:  # annotations only: torch loads with the engine
     from mice_exp.llm.model import LLM
 
 NO_STATES = "mice_exp_no_states"  # a request's kv_transfer_params key: the connector writes no states for it
+#: A request's kv_transfer_params key: the connector writes only the states of its last N positions (rounded down to
+#: a block's start), not the whole prompt's (~90 MB for 1,200 tokens of SmolLM2, ~3 MB for a call's 30 positions)
+TAIL = "mice_exp_tail"
 ENGINE_METHOD = "vllm-engine-2"  # sources from the engine's own passes: part of their cache key (2: samples mended)
 CPU_KV_CACHE_GIB = 4  # vLLM's KV cache on a CPU ($VLLM_CPU_KVCACHE_SPACE wins), not its default share of all memory
 
@@ -72,7 +75,8 @@ class VLLMEngine:
 
         params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, logprobs=0, stop_token_ids=self.eos,
                                 detokenize=False, skip_special_tokens=False,  # the states of generated positions too:
-                                extra_args={"kv_transfer_params": {"include_output_tokens": True}})
+                                extra_args={"kv_transfer_params": {"include_output_tokens": True,
+                                                                   TAIL: max_new_tokens}})
         outputs = self.engine.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
                                        use_tqdm=False)
         return [self._generation(out, len(p), fmt) for out, p in zip(outputs, prompts)]
@@ -85,7 +89,7 @@ class VLLMEngine:
         chosen = [step[token].logprob for step, token in zip(sample.logprobs, generated)]
         ids, offsets, text = truncate(self.tokenizer, generated, self.eos, fmt)
         n = len(ids)
-        kept = read_states(out, prompt_len, n)
+        kept = read_states(out, prompt_len, n, prompt_len + len(generated) - 1)
         n_lens = self.n_layers - 1
         from mice_exp.llm.capture import lens_argmax  # loads torch
 
@@ -96,17 +100,22 @@ class VLLMEngine:
                           offsets=offsets, lens_ids=block, states=kept.numpy())
 
 
-def read_states(out: Any, prompt_len: int, n: int) -> Any:
+def read_states(out: Any, prompt_len: int, n: int, fed: int) -> Any:
     """A finished request's states, read from the connector's file and the file removed: every layer at the
     positions predicting the n tokens after the prompt's ``prompt_len`` ([max(n,1), L, d], float32; with none, the
-    prompt's last position)."""
+    prompt's last position). The file holds the last of the ``fed`` positions the engine ran (all, or a
+    :data:`TAIL`'s worth)."""
     from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
         cleanup_hidden_states, load_hidden_states)
 
     path = out.kv_transfer_params["hidden_states_path"]
-    states = load_hidden_states(path)["hidden_states"]  # [tokens fed - 1 or tokens fed, L, d]
+    states = load_hidden_states(path)["hidden_states"]  # [the last K of the fed positions, L, d]
     cleanup_hidden_states(path)
-    return states[prompt_len - 1: prompt_len - 1 + max(n, 1)].float()
+    start = prompt_len - 1 - (fed - states.shape[0])
+    if start < 0:
+        raise RuntimeError(f"the engine wrote the states of the last {states.shape[0]} of {fed} positions; "
+                           f"expected those from position {prompt_len - 1} on")
+    return states[start: start + max(n, 1)].float()
 
 
 class EngineTeacher:
@@ -124,10 +133,11 @@ class EngineTeacher:
         from vllm import SamplingParams, TokensPrompt
 
         rows = [list(p) + list(r[:len(r) - 1]) for p, r in zip(prompts, replies)]
-        params = SamplingParams(temperature=0.0, max_tokens=1, detokenize=False)
+        params = [SamplingParams(temperature=0.0, max_tokens=1, detokenize=False,
+                                 extra_args={"kv_transfer_params": {TAIL: max(len(r), 1)}}) for r in replies]
         outputs = self.engine.engine.generate([TokensPrompt(prompt_token_ids=row) for row in rows], params,
                                               use_tqdm=False)
-        return [read_states(out, len(p), len(r)) for out, p, r in zip(outputs, prompts, replies)]
+        return [read_states(out, len(p), len(r), len(row)) for out, p, r, row in zip(outputs, prompts, replies, rows)]
 
     def states(self, prompt: Sequence[int], generated: Sequence[int]) -> np.ndarray:
         return self._prefill([prompt], [generated])[0].numpy()
