@@ -217,3 +217,18 @@ def test_a_softcap_that_flattens_the_top_logits_into_a_tie_is_computed_in_full(t
     flat = llm.lens_logits(hidden)
     assert (flat == flat.max(dim=-1, keepdim=True).values).sum(dim=-1).max() > 1  # ties at the cap
     assert torch.equal(llm.lens_argmax(hidden), flat.argmax(dim=-1))
+
+
+def test_a_padded_teacher_batch_gives_each_row_what_it_gives_alone(tiny_llm, tokenizer):
+    """What a GPU runs (a CPU teacher-forces rows one at a time): left-padded rows of different prompt and reply
+    lengths in one forward pass, each row's states and reply log-probabilities as its own pass gives them."""
+    from mice_exp.llm.teacher import _forward
+
+    prompts = [tokenizer(p)["input_ids"] for p in PROMPTS]
+    replies = [tokenizer(" add_date")["input_ids"], tokenizer(' {"date": "2022-10-14", "days": 90}')["input_ids"], []]
+    states, logp = _forward(tiny_llm, prompts, replies, logits=True)
+    for prompt, reply, state, lp in zip(prompts, replies, states, logp):
+        (alone,), (alone_lp,) = _forward(tiny_llm, [prompt], [reply], logits=True)
+        assert state.shape == alone.shape == (max(len(reply), 1), tiny_llm.n_layers, tiny_llm.hidden_size)
+        torch.testing.assert_close(state, alone, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(lp, alone_lp, rtol=1e-4, atol=1e-4)

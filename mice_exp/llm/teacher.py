@@ -81,7 +81,13 @@ def score_replies(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[
     someone else proposed (:meth:`mice_exp.gate.Gate.score`) and judging another LLM's records
     (:func:`judge_records`) run on."""
     ids = [list(r) for r in replies]
-    states, logp = _forward(llm, prompts, ids, logits=True)
+    if llm.device.type == "cpu":  # rows one at a time: a CPU's prefill is compute-bound, so a padded batch gains
+        states, logp = [], []     # nothing and pays its padding and mask (8 STE calls: 0.84x the throughput)
+        for prompt, reply in zip(prompts, ids):
+            (state,), (lp,) = _forward(llm, [prompt], [reply], logits=True)
+            states.append(state), logp.append(lp)
+    else:
+        states, logp = _forward(llm, prompts, ids, logits=True)
     return as_generations(llm, ids, states, logp)
 
 
