@@ -102,6 +102,17 @@ def engine_forward(engine: Any, rows: Sequence[Sequence[int]]) -> None:
                                           extra_args={"kv_transfer_params": {NO_STATES: True}}), use_tqdm=False)
 
 
+def empty_prefix_cache(engine: Any, tries: int = 100) -> None:
+    """Empty the engine's prefix cache before a timed pass. vLLM refuses while any block is still held (a request's
+    states not yet written out) and only logs it: a pass timed after a refusal reuses the previous pass's prompts
+    (the 8-concurrent forward of 2026-11-28 20:09 read 3.56x that way), so wait until it takes, or stop."""
+    for _ in range(tries):
+        if engine.reset_prefix_cache():
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"gate_latency: the engine kept its prefix cache through {tries} resets; expected it emptied")
+
+
 def own_call(decision: Any, gold: dict) -> dict:
     """The gate's own call as a host would hand it back (its argument JSON as written), or ``gold`` where the
     gate made none."""
@@ -132,7 +143,7 @@ def main() -> None:
     gate.warm()
     llm = gate.llm()
     forward = (lambda b: engine_forward(llm, b)) if args.backend == "vllm" else (lambda b: plain_forward(llm, b))
-    cold = llm.engine.reset_prefix_cache if args.backend == "vllm" else (lambda: None)
+    cold = (lambda: empty_prefix_cache(llm.engine)) if args.backend == "vllm" else (lambda: None)
     items = requests(args.apis, args.limit)
     print(f"gate {gate.describe()} on {args.backend}; {len(items)} queries of the first {args.apis} STE APIs")
     results: dict[str, dict[str, dict[str, float]]] = {}
