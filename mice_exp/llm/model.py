@@ -141,7 +141,8 @@ class LLM:
         """``lens_logits(hidden).argmax(-1)`` (the first maximum), over vocabulary blocks of ``block`` rows.
 
         A float32 unembedding on a CPU that multiplies bf16 in hardware is screened in bf16 first
-        (:func:`screened_argmax`: ~4x faster, the same tokens); otherwise :meth:`blocked_argmax`.
+        (:func:`screened_argmax`: 2.3x faster on a 2-core Xeon, the same tokens; it keeps a bf16 copy of the
+        unembedding: 54 MiB for SmolLM2, 320 MiB for Gemma 3 270M); otherwise :meth:`blocked_argmax`.
         """
         normed = self._normed(hidden)
         head = self.model.get_output_embeddings()
