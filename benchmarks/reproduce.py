@@ -78,13 +78,17 @@ def start_step(folder: Path, step: str) -> None:
     (folder / "pending.json").write_text(json.dumps({"step": step, "files": files(folder)}))
 
 
-def roll_back(folder: Path) -> None:
+def roll_back(folder: Path, finished: Sequence[str]) -> None:
     """Undo the step a resumed run was cut off in (``pending.json``: the files before it): what it added goes;
-    a file it changed in place cannot be undone, and the resume stops saying so."""
+    a file it changed in place cannot be undone, and the resume stops saying so. A step among ``finished`` was
+    cut off after its figures were kept, and keeps what it made."""
     pending = folder / "pending.json"
     if not pending.exists():
         return
     before = json.loads(pending.read_text())
+    if before["step"] in finished:
+        pending.unlink()
+        return
     now = files(folder)
     changed = sorted(f for f, stat in before["files"].items() if now.get(f) != stat)
     if changed:
@@ -195,7 +199,7 @@ def main() -> None:
         folder = args.dir / backend
         done = folder / "figures.json"
         if args.resume and done.exists():
-            roll_back(folder)
+            roll_back(folder, list(json.loads(done.read_text())))
         else:
             shutil.rmtree(folder, ignore_errors=True)
             (folder / "cache").mkdir(parents=True)

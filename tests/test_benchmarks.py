@@ -42,10 +42,16 @@ def test_a_resumed_reproduction_undoes_the_step_it_was_cut_off_in(tmp_path):
     start_step(tmp_path, "sources")
     (tmp_path / "cache" / "sources").mkdir(parents=True)
     (tmp_path / "cache" / "sources" / "p_true.npz").write_text("half of a step")
-    roll_back(tmp_path)
+    roll_back(tmp_path, ["stage"])
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["figures.json", "records.jsonl.gz"]
 
     start_step(tmp_path, "sources")
     (tmp_path / "records.jsonl.gz").write_text("rewritten in place")
     with pytest.raises(SystemExit, match="'sources' was cut off after changing records.jsonl.gz"):
-        roll_back(tmp_path)
+        roll_back(tmp_path, ["stage"])
+
+    (tmp_path / "records.jsonl.gz").write_text("stage's records")
+    start_step(tmp_path, "sources")  # cut off after its figures were kept, before its note was removed
+    (tmp_path / "sources.npz").write_text("a whole step's output")
+    roll_back(tmp_path, ["stage", "sources"])
+    assert (tmp_path / "sources.npz").exists() and not (tmp_path / "pending.json").exists()
