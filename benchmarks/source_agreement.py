@@ -27,7 +27,7 @@ def main() -> None:
     found = {**sameness(args.first, args.second),
              "sources": source_agreement(args.first, args.second, args.sources.split(","))}
     print(f"{found['calls']} calls in both ({found['only_one']} in one file only), {found['same_label']} with the "
-          f"same label")
+          f"same label, {found['same_tokens']} with the same generated tokens")
     for name, figures in found["sources"].items():
         print(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
     if args.json:
