@@ -82,6 +82,16 @@ def test_a_batch_scores_each_call_as_alone(gate):
     assert batch[0].arguments["city"] != batch[1].arguments["city"]  # each row its own call
 
 
+def test_a_scored_batch_says_where_its_time_went(gate):
+    """What ``benchmarks/gate_latency.py`` breaks a scored request's latency into (a batch of 8 on a GPU gained
+    less than its forward pass did: this says where the rest went)."""
+    gate.score_batch([(ask("Weather in Rome?"), [WEATHER], CALL)] * 3)
+    parts = gate.timing
+    assert parts.keys() == {"prepare_s", "forward_s", "records_s", "features_s", "total_s"}
+    assert min(parts.values()) > 0
+    assert sum(parts.values()) - parts["total_s"] <= parts["total_s"]
+
+
 @pytest.mark.parametrize("arguments, reason", [
     ('{"days": 2}', "the call to 'get_weather' lacks the required argument 'city'"),
     ('{"city": 7}', "the call to 'get_weather' has city=7: 7 is not of type 'string'"),
@@ -159,3 +169,5 @@ def test_the_latency_benchmark_runs_on_a_tiny_gate(fitted):
     for line in ("prompt tokens: mean", "sequential", "2 concurrent", "  check    p50", "  score    p50", "  forward  p50",
                  "  forward0 p50", "score / forward at p50", "score: 2 concurrent / sequential throughput", "load average at end"):
         assert line in out.stdout
+    assert re.search(r"per request: prompts [\d.]+ ms, teacher-forced pass \+ lens [\d.]+ ms, records [\d.]+ ms, "
+                     r"features \+ estimator [\d.]+ ms, decisions -?[\d.]+ ms", out.stdout)

@@ -120,6 +120,7 @@ class Gate:
         self._encoder = None
         self._keep = keep  # the temporary download of an MLflow source lives as long as the gate
         self._lock = threading.Lock()  # one generation at a time: check_batch may be called from many threads
+        # the last call's parts in seconds: prepare_s (prompts), generate_s or forward_s and records_s, features_s
         self.timing: dict[str, float] = {}
         if llm is not None:
             self._check_llm(llm)
@@ -327,6 +328,7 @@ class Gate:
                     tau: float | None = None) -> list[Decision]:
         """:meth:`score` for many ``(messages, tools, call)`` triples, teacher-forced in the LLM stage's batches
         (one forward pass each); one bad request refuses the batch (its error names it)."""
+        start = time.perf_counter()
         tau = self.tau if tau is None else check_tau(tau)
         examples = self._chat_examples([(m, t) for m, t, _ in requests])
         fmt, replies, problems = self.builder().fmt, {}, {}
@@ -339,9 +341,12 @@ class Gate:
             problems[i] = call_problem(name, arguments, check_tools(tools))
         with self._lock:
             prompts = self._request_prompts(examples, len(requests))
+            self.timing = {"prepare_s": time.perf_counter() - start}
             records, p = self._score(examples, prompts, replies)
-        return [self._decision(record, float(prob), tau, examples[i].tool_names, problems[i])
-                for i, record, prob in zip(sorted(prompts), records, p)]
+            decisions = [self._decision(record, float(prob), tau, examples[i].tool_names, problems[i])
+                         for i, record, prob in zip(sorted(prompts), records, p)]
+            self.timing["total_s"] = time.perf_counter() - start
+        return decisions
 
     def _chat_examples(self, requests: Sequence[tuple[Messages, Any]]) -> dict[int, Example]:
         """Each ``(messages, tools)`` request as the :class:`Example` the prompt builder takes."""
@@ -412,7 +417,6 @@ class Gate:
         from mice_exp.llm.teacher import reply_tokens  # loads torch, transformers
 
         teacher = self.teacher()
-        tick = time.perf_counter()
         window = int(self.llm_cfg["context_window"])
         tokens = {i: reply_tokens(teacher.tokenizer, replies[i]) for i in prompts}
         for i, prompt in prompts.items():
@@ -424,13 +428,17 @@ class Gate:
                                      "(llm.context_window); expected a shorter call or shorter messages",
                                      param="tool_calls", code="context_length_exceeded")
         records, arrays = [], []
+        self.timing.update(forward_s=0.0, records_s=0.0)  # the teacher's passes (the lens in them); their records
         for batch in batches(prompts, int(self.llm_cfg["batch_size"])):
+            tick = time.perf_counter()
             gens = teacher.score([prompts[i].ids for i in batch], [tokens[i] for i in batch])
+            middle = time.perf_counter()
             rows, pooled = batch_records(teacher.tokenizer, batch, examples, dict.fromkeys(batch, SPLIT), prompts,
                                          gens, self.builder().fmt)
             records += rows
             arrays.append(pooled)
-        self.timing["forward_s"] = time.perf_counter() - tick
+            self.timing["forward_s"] += middle - tick
+            self.timing["records_s"] += time.perf_counter() - middle
         return self._rows(examples, prompts, records, arrays)
 
     def _rows(self, examples: Mapping[int, Any], prompts: Mapping[int, Any], records: list[dict],
