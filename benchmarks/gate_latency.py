@@ -128,7 +128,7 @@ def score_parts(parts: dict[str, float], n: int) -> str:
     named = {"prepare_s": "prompts", "forward_s": "teacher-forced pass + lens", "records_s": "records",
              "features_s": "features + estimator"}
     shown = {label: parts.get(key, 0.0) for key, label in named.items()}
-    shown["the rest (reply tokens, decisions)"] = parts.get("total_s", 0.0) - sum(shown.values())
+    shown["the rest (the reply's tokens)"] = parts.get("total_s", 0.0) - sum(shown.values())
     return ", ".join(f"{label} {1000 * seconds / n:.1f} ms" for label, seconds in shown.items())
 
 

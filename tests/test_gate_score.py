@@ -170,4 +170,4 @@ def test_the_latency_benchmark_runs_on_a_tiny_gate(fitted):
                  "  forward0 p50", "score / forward at p50", "score: 2 concurrent / sequential throughput", "load average at end"):
         assert line in out.stdout
     assert re.search(r"per request: prompts [\d.]+ ms, teacher-forced pass \+ lens [\d.]+ ms, records [\d.]+ ms, "
-                     r"features \+ estimator [\d.]+ ms, the rest \(reply tokens, decisions\) -?[\d.]+ ms", out.stdout)
+                     r"features \+ estimator [\d.]+ ms, the rest \(the reply's tokens\) -?[\d.]+ ms", out.stdout)

@@ -120,7 +120,7 @@ class Gate:
         self._encoder = None
         self._keep = keep  # the temporary download of an MLflow source lives as long as the gate
         self._lock = threading.Lock()  # one generation at a time: check_batch may be called from many threads
-        # the last call's parts in seconds: prepare_s (prompts), generate_s or forward_s and records_s, features_s
+        # the last call's parts in seconds: prepare_s, generate_s or forward_s and records_s, features_s, total_s
         self.timing: dict[str, float] = {}
         if llm is not None:
             self._check_llm(llm)
@@ -343,10 +343,9 @@ class Gate:
             prompts = self._request_prompts(examples, len(requests))
             self.timing = {"prepare_s": time.perf_counter() - start}
             records, p = self._score(examples, prompts, replies)
-            decisions = [self._decision(record, float(prob), tau, examples[i].tool_names, problems[i])
-                         for i, record, prob in zip(sorted(prompts), records, p)]
             self.timing["total_s"] = time.perf_counter() - start
-        return decisions
+        return [self._decision(record, float(prob), tau, examples[i].tool_names, problems[i])
+                for i, record, prob in zip(sorted(prompts), records, p)]
 
     def _chat_examples(self, requests: Sequence[tuple[Messages, Any]]) -> dict[int, Example]:
         """Each ``(messages, tools)`` request as the :class:`Example` the prompt builder takes."""
