@@ -29,6 +29,12 @@ forward passes share their prompts, and a pass would otherwise reuse the one bef
 On a GPU (``benchmarks/gpu_check.sh``) the gate's LLM runs on CUDA; each timed forward pass waits for the device
 before its clock stops.
 
+A scored call's pass computes only what the gate reads (:meth:`Gate.reads`): a confidence-only gate's is the plain
+forward pass with the call's logits. One to time, from the published SmolLM2 records (seconds, no LLM):
+
+    .venv/bin/mice-exp llm=smollm2_135m llm.records=experiments/records/ste-smollm2_135m.jsonl.gz features=conf_only \
+        estimator=mice_lr tracking.enabled=false permutations=0    # prints "gate saved: <folder>"
+
 Time it on a quiet machine (load average < 1.5); ``--limit 2`` checks that it runs.
 """
 
@@ -125,7 +131,7 @@ def score_parts(parts: dict[str, float], n: int) -> str:
     """Where a scored request's time went (:attr:`Gate.timing` summed over the pass): what a batch's speed-up
     is held back by (on the H200, 2026-11-28, score gained 0.76x from batches of 8 where the forward pass gained
     1.44x)."""
-    named = {"prepare_s": "prompts", "forward_s": "teacher-forced pass + lens", "records_s": "records",
+    named = {"prepare_s": "prompts", "forward_s": "teacher-forced pass", "records_s": "records",
              "features_s": "features + estimator"}
     shown = {label: parts.get(key, 0.0) for key, label in named.items()}
     shown["the rest (the reply's tokens)"] = parts.get("total_s", 0.0) - sum(shown.values())
@@ -157,6 +163,9 @@ def main() -> None:
     cold = (lambda: empty_prefix_cache(llm.engine)) if args.backend == "vllm" else (lambda: None)
     items = requests(args.apis, args.limit)
     print(f"gate {gate.describe()} on {args.backend}; {len(items)} queries of the first {args.apis} STE APIs")
+    lens, states = gate.reads()
+    print(f"a scored call's pass computes {'the logit lens' if lens else 'no logit lens'} and keeps "
+          f"{'every layer' if states else 'no layer'} (what the gate's view and estimator read)")
     results: dict[str, dict[str, dict[str, float]]] = {}
     modes = [("sequential", 1)] + ([(f"{args.concurrency} concurrent", args.concurrency)] if args.concurrency > 1 else [])
     fmt, tokenizer = gate.builder().fmt, llm.tokenizer

@@ -13,7 +13,9 @@ import os
 import re
 import signal
 import subprocess
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
+
+from mice_exp.errors import UserError
 
 ENV_VAR = "CUDA_VISIBLE_DEVICES"
 CPU_DEVICE = ""  # CUDA_VISIBLE_DEVICES="" hides every GPU from a worker
@@ -93,3 +95,15 @@ def describe_exit(code: int | None) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit code {code}"
+
+
+def resolve_device(name: str, key: str = "llm.device") -> Any:
+    """The torch device a ``*.device`` setting (``key``) names; ``auto``: the GPU where CUDA sees one, else the CPU.
+    Every model the project loads (the LLM, BERTScore's and the retrieval's encoders) goes through it."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"{key}={name} but no CUDA device is visible; expected {key}=cpu or auto")
+    return torch.device(name)

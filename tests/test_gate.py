@@ -245,6 +245,32 @@ def test_a_pca_gate_keeps_the_run_s_projections_and_scores_its_records_as_the_ru
     assert len({a["probability"] for a in gate.decide(items, places) if a["error"] is None}) == 3
 
 
+def test_a_gate_fitted_on_a_gpu_serves_on_a_cpu_where_it_is_told_to(fitted, tiny_llm, tmp_path):
+    """A run on a GPU machine keeps BERTScore's and the retrieval's encoders there too; its gate, loaded on a
+    machine without one, says so in one line, and ``device=cpu`` moves every model it runs (the LLM, both
+    encoders) to the CPU, where it answers as a gate fitted there does."""
+    import torch
+
+    run = fitted[3]
+    stage = read_stage(run.out)
+    fs = build_features(tiny_cfg("features=bertscore")["features"], stage, run.paths.features)
+    estimator = MiceLogisticRegression(C=1.0).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
+    folders = {}
+    for device in ("cpu", "cuda"):
+        cfg = tiny_cfg("features=bertscore", f"features.encoder.device={device}", f"retrieval.device={device}")
+        view = fs.view.set_params(encoder={**fs.view.encoder, "device": device})
+        folders[device] = save_gate(tmp_path / device, Pipeline.from_config(cfg, run.paths), estimator, view,
+                                    run.pipeline.demo_pool(), llm_stage=stage.info)
+    items, places = read_queries(QUERIES)
+    if not torch.cuda.is_available():  # this machine has no GPU, as the one the gate was fitted on had
+        with pytest.raises(UserError, match=r"^retrieval.device=cuda but no CUDA device is visible; expected "
+                                            r"retrieval.device=cpu or auto$"):
+            Gate.load(folders["cuda"], llm=tiny_llm).decide(items, places)
+    moved = Gate.load(folders["cuda"], llm=tiny_llm, device="cpu")
+    assert moved.view.encoder["device"] == moved.retrieval["device"] == "cpu"
+    assert hexes(moved.decide(items, places)) == hexes(Gate.load(folders["cpu"], llm=tiny_llm).decide(items, places))
+
+
 def test_a_changed_view_file_is_refused_by_its_checksum_in_one_line(fitted, tmp_path):
     import skops.io as sio
 

@@ -13,7 +13,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from mice_exp.estimators import MiceLogisticRegression
 from mice_exp.gate import Decision, Gate, InvalidRequest
 from mice_exp.gate.serve import completion
-from tests.test_gate import WEATHER, ask, fitted  # noqa: F401 - fitted: test_gate's saved tiny_random gate
+from tests.test_gate import WEATHER, ask, fitted, tiny_cfg  # noqa: F401 - fitted: test_gate's saved tiny_random gate
 
 CALL = {"type": "function", "id": "call_1", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
 
@@ -92,6 +92,54 @@ def test_a_scored_batch_says_where_its_time_went(gate):
     assert sum(parts.values()) - parts["total_s"] <= parts["total_s"]
 
 
+def test_a_scored_call_s_pass_computes_only_what_the_gate_reads(gate, fitted, monkeypatch):
+    """The fixture's cosine view reads hidden states but no logit lens; a confidence-only gate reads neither, so
+    its scored call's pass captures no layer (the plain forward pass with the call's logits) and gives the
+    probability a pass that captured everything gives."""
+    from mice_exp.features import build_features
+    from mice_exp.llm import teacher
+    from mice_exp.llm.records import read_stage
+
+    assert gate.reads() == (False, True)
+    fs = build_features(tiny_cfg("features=conf_only")["features"], read_stage(fitted[3].out), None)
+    gate.view, gate.spec["columns"] = fs.view, list(fs.columns)
+    gate.estimator = MiceLogisticRegression(C=0.05).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
+    assert gate.reads() == (False, False)
+    captures, capture = [], teacher.layer_states
+    monkeypatch.setattr(teacher, "layer_states", lambda *a: captures.append(a) or capture(*a))
+    lean = gate.score(ask("Weather in Rome?"), [WEATHER], CALL)
+    assert captures == []
+    monkeypatch.setattr(Gate, "reads", lambda self: (True, True))
+    full = gate.score(ask("Weather in Rome?"), [WEATHER], CALL)
+    assert len(captures) == 1
+    assert lean.probability == pytest.approx(full.probability, abs=1e-6) and 0.01 < lean.probability < 0.99
+    assert (lean.call, lean.text, lean.arguments.keys()) == (full.call, full.text, full.arguments.keys())
+    np.testing.assert_allclose(list(lean.arguments.values()), list(full.arguments.values()), rtol=1e-5)
+
+
+def test_a_mice_gate_reads_the_lens_and_no_states():
+    """The published SmolLM2 gate (bertscore view, MICE RF) reads each layer's lens string, never an array."""
+    from mice_exp.paths import PACKAGE_ROOT
+
+    assert Gate.load(PACKAGE_ROOT / "experiments" / "abstention" / "gate-smollm2_135m").reads() == (True, False)
+
+
+def test_a_teacher_asked_for_neither_lens_nor_states_keeps_none(tiny_llm):
+    """What such a pass hands on: each reply token's probability as ever, no lens tokens ([0, T]) and no states
+    ([T, 0, 0]), as an endpoint's generations hold none."""
+    from mice_exp.llm.teacher import Teacher
+
+    prompts, replies = [[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]]
+    full = Teacher(tiny_llm).score(prompts, replies)
+    bare = Teacher(tiny_llm).score(prompts, replies, lens=False, states=False)
+    only_lens = Teacher(tiny_llm).score(prompts, replies, states=False)
+    for f, b, o in zip(full, bare, only_lens):
+        np.testing.assert_allclose(b.token_probs, f.token_probs, rtol=1e-6)
+        assert b.lens_ids.shape == (0, len(f.token_ids)) and b.states.shape == (len(f.token_ids), 0, 0)
+        np.testing.assert_array_equal(o.lens_ids, f.lens_ids)
+        assert f.states.shape == (len(f.token_ids), tiny_llm.n_layers, tiny_llm.hidden_size)
+
+
 @pytest.mark.parametrize("arguments, reason", [
     ('{"days": 2}', "the call to 'get_weather' lacks the required argument 'city'"),
     ('{"city": 7}', "the call to 'get_weather' has city=7: 7 is not of type 'string'"),
@@ -126,7 +174,7 @@ def test_a_malformed_call_is_one_line_naming_its_param(gate, call, param, messag
 def test_a_bad_request_in_a_batch_is_named_and_nothing_runs(gate, monkeypatch):
     from mice_exp.llm import teacher
 
-    monkeypatch.setattr(teacher, "score_replies", lambda *a: pytest.fail("nothing is scored"))
+    monkeypatch.setattr(teacher, "score_replies", lambda *a, **k: pytest.fail("nothing is scored"))
     with pytest.raises(InvalidRequest, match=r"^request #1: messages\[0\].content: expected the user's text$"):
         gate.score_batch([(ask("q"), [WEATHER], CALL), ([{"role": "user", "content": ""}], [WEATHER], CALL)])
     with pytest.raises(InvalidRequest, match=r"^request #0: call has no 'function' object"):
@@ -136,7 +184,7 @@ def test_a_bad_request_in_a_batch_is_named_and_nothing_runs(gate, monkeypatch):
 def test_a_call_longer_than_the_context_window_is_refused_before_the_forward_pass(gate, monkeypatch):
     from mice_exp.llm import teacher
 
-    monkeypatch.setattr(teacher, "score_replies", lambda *a: pytest.fail("nothing is scored"))
+    monkeypatch.setattr(teacher, "score_replies", lambda *a, **k: pytest.fail("nothing is scored"))
     long = {"name": "get_weather", "arguments": json.dumps({"city": "Paris " * 9000})}
     with pytest.raises(InvalidRequest, match=r"^the call is \d+ tokens after a prompt of \d+; tiny_random's context "
                                              r"window holds 8192 \(llm.context_window\)") as info:
@@ -169,5 +217,6 @@ def test_the_latency_benchmark_runs_on_a_tiny_gate(fitted):
     for line in ("prompt tokens: mean", "sequential", "2 concurrent", "  check    p50", "  score    p50", "  forward  p50",
                  "  forward0 p50", "score / forward at p50", "score: 2 concurrent / sequential throughput", "load average at end"):
         assert line in out.stdout
-    assert re.search(r"per request: prompts [\d.]+ ms, teacher-forced pass \+ lens [\d.]+ ms, records [\d.]+ ms, "
+    assert "a scored call's pass computes no logit lens and keeps every layer" in out.stdout  # a cosine view
+    assert re.search(r"per request: prompts [\d.]+ ms, teacher-forced pass [\d.]+ ms, records [\d.]+ ms, "
                      r"features \+ estimator [\d.]+ ms, the rest \(the reply's tokens\) -?[\d.]+ ms", out.stdout)

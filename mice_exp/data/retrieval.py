@@ -16,6 +16,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from mice_exp.data.records import Example, demo_declines
+from mice_exp.devices import resolve_device
 from mice_exp.errors import UserError
 from mice_exp.packages import default_model_path
 
@@ -33,14 +34,14 @@ class SentenceEncoder:
             raise UserError(f"sentence encoder path {source!r} is not a folder; expected a model folder or a hub id")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(source)
-            self.model = AutoModel.from_pretrained(source).to(device).eval()
+            self.model = AutoModel.from_pretrained(source).to(resolve_device(device, "retrieval.device")).eval()
         except OSError as error:
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise UserError(
                 f"cannot load the sentence encoder {source!r} ({reason}); expected a local model folder "
                 "or a Hugging Face hub id reachable from here"
             ) from error
-        self.device = device
+        self.device = self.model.device
         self.batch_size = batch_size
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

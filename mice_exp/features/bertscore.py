@@ -11,6 +11,7 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 
 from mice_exp.cache import read_intact, read_npz, stable_hash, write_npz
+from mice_exp.devices import resolve_device
 from mice_exp.errors import UserError
 from mice_exp.llm.records import StageOutput
 from mice_exp.packages import default_model_path
@@ -54,7 +55,8 @@ def _scorer(model: str, num_layers: int, batch_size: int, device: str) -> Any:
     from bert_score import BERTScorer
 
     bert_score.utils.sorted = _ties_by_text  # the module's own name lookup finds it before the builtin
-    scorer = BERTScorer(model_type=model, num_layers=num_layers, batch_size=batch_size, device=device)
+    scorer = BERTScorer(model_type=model, num_layers=num_layers, batch_size=batch_size,
+                        device=str(resolve_device(device, "features.encoder.device")))
     scorer._tokenizer = _SpecialTokens(scorer._tokenizer)
     return scorer
 

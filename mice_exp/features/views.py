@@ -54,9 +54,16 @@ class FeatureView(TransformerMixin, BaseEstimator):
         raise NotImplementedError
 
     def needs(self) -> Needs:
-        """Its extra confidence sources (``features.sources``), record fields and, when it reads layers, arrays."""
-        return Needs.of(sources=self.sources, arrays=self.arrays if self.layers != "none" else (),
-                        record_fields=self.record_fields)
+        """Its extra confidence sources (``features.sources``) and, when it reads layers, their arrays and record
+        fields (``layers: none``, as ``conf_only``, reads the raw confidence alone)."""
+        layers = self.layers != "none"
+        return Needs.of(sources=self.sources, arrays=self.arrays if layers else (),
+                        record_fields=self.record_fields if layers else ())
+
+    def on_device(self, device: str) -> FeatureView:
+        """The view computing its features on ``device`` where it runs a model of its own (where a gate told to run
+        elsewhere than where it was fitted runs); views that run none: unchanged."""
+        return self
 
     def reads_states(self) -> bool:
         """Whether fitting or transforming reads the LLM stage's hidden states (before any data is seen)."""
@@ -121,10 +128,16 @@ class BertScoreView(FeatureView):
     def _layer_numbers(self, n_layers: int) -> list[int]:
         return list(range(1, n_layers))
 
+    def on_device(self, device: str) -> BertScoreView:
+        """BERTScore's encoder on ``device`` (a gate fitted with it on a GPU serves on a CPU, and the other way)."""
+        return self.set_params(encoder={**self._encoder(), "device": device})
+
+    def _encoder(self) -> dict:
+        return dict(self.encoder or {"model": None, "num_layers": 6})
+
     def scores(self, stage: StageOutput) -> np.ndarray:
         """[N, L-1] BERTScores of every layer (cached when ``cache_dir`` is set)."""
-        encoder = self.encoder or {"model": None, "num_layers": 6}
-        return cached_bertscore(stage, Path(self.cache_dir) if self.cache_dir else None, encoder)
+        return cached_bertscore(stage, Path(self.cache_dir) if self.cache_dir else None, self._encoder())
 
     def _block(self, stage: StageOutput) -> tuple[np.ndarray, list[str]]:
         return self.scores(stage)[:, [i - 1 for i in self.layers_]], [f"bertscore_L{i}" for i in self.layers_]

@@ -109,6 +109,10 @@ class Gate:
         self.view = view  # the run's fitted feature view; None in a gate saved before gates kept it
         self.pool = pool
         self.llm_cfg = dict(spec["llm"]) | ({"device": device} if device else {}) | dict(engine or {})
+        self.retrieval = dict(spec["retrieval"])
+        if device:  # every model the gate runs goes there: the LLM, the view's own (BERTScore's), the retrieval's
+            self.view = view if view is None else view.on_device(device)
+            self.retrieval["device"] = device
         if batch_size:
             self.llm_cfg["batch_size"] = int(batch_size)
         templates = {role: str(self.folder / rel) for role, rel in spec["templates"].items()}
@@ -138,8 +142,8 @@ class Gate:
             expect: a pipeline config; its ``llm`` / ``features`` (those named in ``parts``) must be
                 the gate's, else a one-line UserError refuses it before anything heavy loads.
             llm: an already loaded :class:`mice_exp.llm.model.LLM` to use (else loaded on first use).
-            device, batch_size: override where and in what batches the LLM runs; ``engine``: llm settings of
-                what runs it (``{"backend": "vllm"}``: :data:`~mice_exp.gate.artifact.ENGINE_SETTINGS`). None of
+            device, batch_size: override where every model of the gate runs (its LLM, BERTScore's encoder, the
+                retrieval encoder) and in what batches the LLM runs; ``engine``: llm settings of what runs it (``{"backend": "vllm"}``: :data:`~mice_exp.gate.artifact.ENGINE_SETTINGS`). None of
                 them changes the gate's identity.
             models: the model cache (``Paths.models``) the LLM is loaded or converted into.
             tracking: the ``tracking`` config (or a tracking URI) for MLflow sources; default: the
@@ -245,8 +249,7 @@ class Gate:
         if self._encoder is None:
             from mice_exp.data.retrieval import PoolEncoder, SentenceEncoder  # loads torch, transformers
 
-            retrieval = self.spec["retrieval"]
-            encoder = SentenceEncoder(retrieval.get("model"), device=retrieval.get("device", "cpu"))
+            encoder = SentenceEncoder(self.retrieval.get("model"), device=self.retrieval.get("device", "cpu"))
             self._encoder = PoolEncoder(encoder, [e.query for e in self.pool])
         return self._encoder
 
@@ -259,6 +262,18 @@ class Gate:
         if self.view is None:
             return build_features(self.spec["features"], stage, None, seed=int(self.spec["seed"]))
         return transform_features(self.view, stage)
+
+    def reads(self) -> tuple[bool, bool]:
+        """Whether the gate's view and estimator read the logit lens' layer strings, and the LLM's hidden-state
+        arrays (their :class:`~mice_exp.needs.Needs`): a scored call's pass computes only what they read (a
+        confidence-only gate: the plain forward pass with the call's logits). A gate saved before gates kept
+        their view reads both."""
+        if self.view is None:
+            return True, True
+        needs = self.view.needs()
+        if callable(getattr(self.estimator, "needs", None)):
+            needs = needs | self.estimator.needs()
+        return "layer_strings" in needs.record_fields, bool(needs.arrays)
 
     def probabilities(self, fs: FeatureSet) -> np.ndarray:
         """P(correct) for the rows of a FeatureSet built with the gate's feature view."""
@@ -318,7 +333,8 @@ class Gate:
         """The gate's :class:`~mice_exp.gate.chat.Decision` on a tool call someone else proposed (an agent's model,
         a user): ``call`` in OpenAI's shape (:func:`~mice_exp.gate.chat.read_call`), written in the gate's reply
         format as the reply to the request's prompt and teacher-forced through the gate's LLM in one forward
-        pass (:func:`mice_exp.llm.teacher.score_replies`: no decoding), then the same records, features,
+        pass (:func:`mice_exp.llm.teacher.score_replies`: no decoding; layers and lens only where the view or
+        estimator reads them, :meth:`reads`), then the same records, features,
         estimator and threshold as :meth:`check`. For the gate's own greedy call it gives :meth:`check`'s
         probability up to float rounding. A call to a tool not offered, or with arguments that are not JSON or
         do not match the tool's schema, is still scored but never executed (``reason`` says why)."""
@@ -427,10 +443,11 @@ class Gate:
                                      "(llm.context_window); expected a shorter call or shorter messages",
                                      param="tool_calls", code="context_length_exceeded")
         records, arrays = [], []
-        self.timing.update(forward_s=0.0, records_s=0.0)  # the teacher's passes (the lens in them); their records
+        lens, states = self.reads()
+        self.timing.update(forward_s=0.0, records_s=0.0)  # the teacher's passes (the lens where read); their records
         for batch in batches(prompts, int(self.llm_cfg["batch_size"])):
             tick = time.perf_counter()
-            gens = teacher.score([prompts[i].ids for i in batch], [tokens[i] for i in batch])
+            gens = teacher.score([prompts[i].ids for i in batch], [tokens[i] for i in batch], lens=lens, states=states)
             middle = time.perf_counter()
             rows, pooled = batch_records(teacher.tokenizer, batch, examples, dict.fromkeys(batch, SPLIT), prompts,
                                          gens, self.builder().fmt)

@@ -11,6 +11,7 @@ import torch
 from filelock import FileLock
 
 from mice_exp.cache import stable_hash
+from mice_exp.devices import resolve_device
 from mice_exp.errors import UserError
 from mice_exp.llm.assets import converted_dir
 from mice_exp.llm.memory import keep_freed_memory
@@ -198,14 +199,6 @@ def check_dtype(name: str) -> torch.dtype:
     if name not in _DTYPES:
         raise UserError(f"llm.dtype={name!r}; expected one of {', '.join(sorted(_DTYPES))}")
     return _DTYPES[name]
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"llm.device={name} but no CUDA device is visible; expected llm.device=cpu or auto")
-    return torch.device(name)
 
 
 def _random_model(cfg: Mapping[str, Any], tokenizer: Any, device: torch.device = torch.device("cpu"),

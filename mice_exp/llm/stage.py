@@ -28,6 +28,7 @@ from mice_exp.cache import (read_intact, read_json, read_jsonl, read_npz, stable
                             write_jsonl, write_npz)
 from mice_exp.data import Dataset, Example, Selection, demo_pool
 from mice_exp.data.labels import call_expected, is_correct
+from mice_exp.devices import resolve_device
 from mice_exp.errors import UserError
 from mice_exp.llm.backends import Backend, backend_of
 from mice_exp.llm.headroom import Headroom
@@ -167,8 +168,6 @@ class LLMStage:
 
     def folder(self) -> tuple[Path, dict[str, Any]]:
         """The stage's cache folder (``<cache>/llm/<llm>-<key hash>``) and its key."""
-        from mice_exp.llm.model import resolve_device  # loads torch
-
         key = self.key(resolve_device(self.llm.get("device", "cpu")).type)
         return self.paths.llm / f"{self.llm['name']}-{stable_hash(key)}", key
 

@@ -8,6 +8,7 @@ transformers model's teacher (``hf``); an engine brings its own (:meth:`mice_exp
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -19,10 +20,10 @@ from mice_exp.llm.model import LLM
 
 
 def _forward(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
-             logits: bool) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
-    """One teacher-forced forward over a batch of prompt + reply: per row, every layer at the positions that
-    predict each reply token ([max(T,1), L, d], an empty reply keeping the prompt's last position) and, with
-    ``logits``, each reply token's log-probability under the raw logits ([T]). Rows are left-padded as
+             logits: bool, capture: bool = True) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+    """One teacher-forced forward over a batch of prompt + reply: per row, with ``capture``, every layer at the
+    positions that predict each reply token ([max(T,1), L, d], an empty reply keeping the prompt's last position)
+    and, with ``logits``, each reply token's log-probability under the raw logits ([T]). Rows are left-padded as
     generation pads them (positions counted from each row's first token), so every row's reply ends at the
     last position and only the last max(T) positions' logits are computed; a lone row is not padded."""
     counts = [max(len(r), 1) for r in replies]
@@ -42,10 +43,12 @@ def _forward(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[Seque
     def keep(index: int, hidden: torch.Tensor) -> None:
         captured[index] = hidden[:, -tail:].to(torch.float32, copy=True)  # not a view pinning [B, S, d]
 
-    with layer_states(llm, keep):
+    with layer_states(llm, keep) if capture else contextlib.nullcontext():
         out = llm.model(input_ids=ids.to(llm.device), use_cache=False, logits_to_keep=tail if logits else 1, **extra)
-    layers = torch.stack(captured, dim=2)  # [B, tail, L, d]
-    states = [layers[b, tail - n:] for b, n in enumerate(counts)]
+    states: list[torch.Tensor | None] = [None] * len(rows)
+    if capture:
+        layers = torch.stack(captured, dim=2)  # [B, tail, L, d]
+        states = [layers[b, tail - n:] for b, n in enumerate(counts)]
     if not logits:
         return states, [None] * len(rows)
     logp = []
@@ -73,39 +76,48 @@ def reply_tokens(tokenizer: Any, text: str, ids: Sequence[int] | None = None) ->
 
 
 @torch.inference_mode()
-def score_replies(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> list[Generation]:
+def score_replies(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]], *,
+                  lens: bool = True, states: bool = True) -> list[Generation]:
     """Each reply's tokens (:func:`reply_tokens`) teacher-forced after its prompt in one forward pass
     per batch: the :class:`~mice_exp.llm.capture.Generation` that generating it would have captured (its
     tokens' probabilities under the raw logits, every layer's state and the logit lens of layers 1..L-1 at the
     positions predicting each token), up to float rounding, with no decoding loop. What scoring a call that
     someone else proposed (:meth:`mice_exp.gate.Gate.score`) and judging another LLM's records
-    (:func:`judge_records`) run on."""
+    (:func:`judge_records`) run on. Without ``lens`` / ``states`` (what a gate whose view reads neither asks) the
+    generations hold none (as an endpoint's do), and with neither no layer is captured: the pass is the plain
+    forward with the reply's logits."""
     ids = [list(r) for r in replies]
+    capture = lens or states
     if llm.device.type == "cpu":  # rows one at a time: a CPU's prefill is compute-bound, so a padded batch gains
-        states, logp = [], []     # nothing and pays its padding and mask (8 STE calls: 0.84x the throughput)
+        kept, logp = [], []       # nothing and pays its padding and mask (8 STE calls: 0.84x the throughput)
         for prompt, reply in zip(prompts, ids):
-            (state,), (lp,) = _forward(llm, [prompt], [reply], logits=True)
-            states.append(state), logp.append(lp)
+            (state,), (lp,) = _forward(llm, [prompt], [reply], logits=True, capture=capture)
+            kept.append(state), logp.append(lp)
     else:
-        states, logp = _forward(llm, prompts, ids, logits=True)
-    return as_generations(llm, ids, states, logp)
+        kept, logp = _forward(llm, prompts, ids, logits=True, capture=capture)
+    return as_generations(llm, ids, kept, logp, lens=lens, states=states)
 
 
-def as_generations(llm: LLM, ids: Sequence[list[int]], states: Sequence[torch.Tensor],
-                   logp: Sequence[torch.Tensor]) -> list[Generation]:
+def as_generations(llm: LLM, ids: Sequence[list[int]], layers: Sequence[torch.Tensor | None],
+                   logp: Sequence[torch.Tensor], *, lens: bool = True, states: bool = True) -> list[Generation]:
     """Teacher-forced replies as the :class:`~mice_exp.llm.capture.Generation` generating them would have captured,
     from every layer's states at the positions predicting each token ([max(T,1), L, d]) and each token's
-    log-probability ([T]): the logit lens of layers 1..L-1 through ``llm``'s final norm and unembedding."""
+    log-probability ([T]): the logit lens of layers 1..L-1 through ``llm``'s final norm and unembedding. Without
+    ``lens`` or ``states`` the generations hold no lens tokens ([0, T]) or no states ([max(T,1), 0, 0])."""
     tokenizer, n_lens = llm.tokenizer, llm.n_layers - 1
-    lens = lens_argmax(llm, torch.cat([s[:len(r), :n_lens].reshape(-1, s.shape[-1]) for s, r in zip(states, ids)]))
+    read = (lens_argmax(llm, torch.cat([s[:len(r), :n_lens].reshape(-1, s.shape[-1]) for s, r in zip(layers, ids)]))
+            if lens else None)
     out, cursor = [], 0
-    for reply, state, lp in zip(ids, states, logp):
+    for reply, state, lp in zip(ids, layers, logp):
         offsets, text = token_spans(tokenizer, reply)
-        block = lens[cursor:cursor + len(reply) * n_lens].reshape(len(reply), n_lens).T
-        cursor += len(reply) * n_lens
+        block = np.zeros((0, len(reply)), dtype=np.int32)
+        if read is not None:
+            block = read[cursor:cursor + len(reply) * n_lens].reshape(len(reply), n_lens).T.cpu().numpy()
+            cursor += len(reply) * n_lens
         out.append(Generation(token_ids=reply, token_probs=lp.exp().cpu().numpy().astype(np.float64), text=text,
-                              offsets=offsets, lens_ids=block.cpu().numpy().astype(np.int32),
-                              states=state.cpu().numpy()))
+                              offsets=offsets, lens_ids=block.astype(np.int32),
+                              states=state.cpu().numpy() if states and state is not None
+                              else np.zeros((max(len(reply), 1), 0, 0), np.float32)))
     return out
 
 
@@ -121,5 +133,6 @@ class Teacher:
     def states(self, prompt: Sequence[int], generated: Sequence[int]) -> np.ndarray:
         return replay_states(self.llm, prompt, generated)
 
-    def score(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> list[Generation]:
-        return score_replies(self.llm, prompts, replies)
+    def score(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]], *, lens: bool = True,
+              states: bool = True) -> list[Generation]:
+        return score_replies(self.llm, prompts, replies, lens=lens, states=states)

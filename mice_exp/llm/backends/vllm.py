@@ -142,18 +142,21 @@ class EngineTeacher:
     def states(self, prompt: Sequence[int], generated: Sequence[int]) -> np.ndarray:
         return self._prefill([prompt], [generated])[0].numpy()
 
-    def score(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> list[Generation]:
+    def score(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]], *, lens: bool = True,
+              states: bool = True) -> list[Generation]:
+        """:func:`mice_exp.llm.teacher.score_replies` on the engine; its tokens' probabilities come from the last
+        layer's states, so those are always read back, but without ``lens`` / ``states`` none is kept."""
         import torch
 
         from mice_exp.llm.teacher import as_generations  # loads torch
 
-        lens, ids = self.engine.lens, [list(r) for r in replies]
-        states = [s.to(lens.device) for s in self._prefill(prompts, ids)]
+        model, ids = self.engine.lens, [list(r) for r in replies]
+        layers = [s.to(model.device) for s in self._prefill(prompts, ids)]
         with torch.inference_mode():
-            logp = [torch.log_softmax(lens.lens_logits(s[:len(r), -1]).float(), -1)
-                    .gather(1, torch.tensor(r, dtype=torch.long, device=lens.device)[:, None])[:, 0]
-                    for s, r in zip(states, ids)]
-            return as_generations(lens, ids, states, logp)
+            logp = [torch.log_softmax(model.lens_logits(s[:len(r), -1]).float(), -1)
+                    .gather(1, torch.tensor(r, dtype=torch.long, device=model.device)[:, None])[:, 0]
+                    for s, r in zip(layers, ids)]
+            return as_generations(model, ids, layers, logp, lens=lens, states=states)
 
 
 class EngineCall:
