@@ -8,6 +8,8 @@ of ``experiments/abstention``), per request:
   call), teacher-forced in one forward pass, then the same features and estimator;
 * ``forward``: one plain forward pass of the gate's LLM over the same prompt and call (no capture, no lens, no
   features): the floor, since scoring a call cannot be cheaper than one prefill of it.
+* ``full`` (``--full-pass``): ``score`` with every layer kept and the lens computed whatever the gate reads (what
+  every scored call cost before :meth:`Gate.reads`);
 * ``forward0``: the same forward pass over the zero-shot prompt (no demonstrations) and the same call: what a
   shorter prompt buys (a gate fitted zero-shot would pay this floor instead).
 
@@ -151,6 +153,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N queries (a check that it runs)")
     parser.add_argument("--concurrency", type=int, default=8, help="1: one request at a time only")
     parser.add_argument("--backend", choices=("hf", "vllm"), default="hf", help="what runs the gate's LLM")
+    parser.add_argument("--full-pass", action="store_true",
+                        help="also score with every layer and the lens computed, whatever the gate reads ('full')")
     parser.add_argument("--models", type=Path, default=None,
                         help="the model cache the gate's LLM is loaded or converted into (default: .cache/models)")
     args = parser.parse_args()
@@ -198,6 +202,13 @@ def main() -> None:
         lat, wall = timed(score, scored, size)
         results[mode]["score"] = summary("score", lat, wall)
         print("    per request: " + score_parts(parts, len(scored)))
+        if args.full_pass:  # the same calls, the pass capturing every layer and the lens whatever the gate reads
+            cold()
+            gate.reads = lambda: (True, True)
+            lat, wall = timed(gate.score_batch, scored, size)
+            del gate.reads  # the gate's own again
+            results[mode]["score_full"] = summary("full", lat, wall)
+            print(f"  score / full pass at p50 {results[mode]['score']['p50'] / results[mode]['score_full']['p50']:.2f}x")
         rows = [prompts[i].ids + tokenizer.encode(fmt.write(c["function"]["name"], c["function"]["arguments"]),
                                                   add_special_tokens=False) for i, (_, _, c) in enumerate(scored)]
         forward(rows[:size])

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU checks of a release, in one short run (< 8 min) on a GPU machine that has the project copied over, python3
+# The GPU checks of a release, in one short run (< 10 min) on a GPU machine that has the project copied over, python3
 # with torch+CUDA, and no package index: the gpu_pool launcher on the real GPU with a 2-job sweep, the hf stage with
 # capture on a random Llama-3.1-8B-shaped model against plain generation (benchmarks/backends.py), and the gate's
-# score-a-given-call latency on a gate fitted there (benchmarks/gate_latency.py). Prints the device first; the output is
+# score-a-given-call latency on gates fitted there on random 8B- and SmolLM2-shaped models (benchmarks/gate_latency.py;
+# GPU_CHECK_LLMS=smollm2_135m_random for one). Prints the device first; the output is
 # committed as benchmarks/gpu_check_<device>.txt.
 #
 # What the machine lacks travels in .gpu/ (git-ignored; made here by `bash benchmarks/gpu_check.sh --prepare`):
@@ -66,17 +67,22 @@ fi
 
 if [[ " $PARTS " == *" 3 "* ]]; then
 echo; echo "== 3. the gate on the GPU: score a given call against generate-and-check and one plain forward pass"
-echo "(a gate fitted here on the random Llama-3.1-8B-shaped model: 45 STE calls, zero-shot, conf_only, mice_lr; its labels"
-echo " are all wrong, so its estimator predicts the base rate: the figures are the LLM side's, which is what a GPU changes;"
-echo " the first 24 queries: a random model writes all 96 new tokens, so check is an upper bound)"
-GATE=$(timeout 200 $PY -m mice_exp llm=llama3_1_8b_random prompt.k_demos=0 dataset.max_apis=3 features=conf_only \
-  estimator=mice_lr tracking.enabled=false paths.cache=$CACHE hydra.run.dir=/tmp/gate_fit 2>&1 \
-  | tee /tmp/gate_fit.log | sed -n 's/^gate saved: \([^ ]*\) .*/\1/p')
-if [ -n "$GATE" ]; then
-  timeout 240 $PY benchmarks/gate_latency.py --gate "$GATE" --models $CACHE/models --limit 24 2>&1 | tr '\r' '\n' \
-    | grep -vE "Loading weights|/s\]|^ *$"
-else
-  echo "part 3: no gate saved; the end of the fit's log:"; tail -20 /tmp/gate_fit.log
-fi
+echo "(for each of a random Llama-3.1-8B-shaped model (a compute-bound prefill) and a random SmolLM2-135M-shaped one (the"
+echo " issue's model; its weights do not travel), a gate fitted here: 45 STE calls, zero-shot, conf_only (the scored pass"
+echo " is the plain forward with the call's logits), mice_lr; its labels are all wrong, so its estimator predicts the base"
+echo " rate: the figures are the LLM side's, which is what a GPU changes; the first 24 queries: a random model writes all"
+echo " 96 new tokens, so check is an upper bound)"
+for LLM in ${GPU_CHECK_LLMS:-llama3_1_8b_random smollm2_135m_random}; do
+  echo; echo "-- $LLM"
+  GATE=$(timeout 200 $PY -m mice_exp llm=$LLM prompt.k_demos=0 dataset.max_apis=3 features=conf_only \
+    estimator=mice_lr tracking.enabled=false paths.cache=$CACHE hydra.run.dir=/tmp/gate_fit_$LLM 2>&1 \
+    | tee /tmp/gate_fit_$LLM.log | sed -n 's/^gate saved: \([^ ]*\) .*/\1/p')
+  if [ -n "$GATE" ]; then
+    timeout 240 $PY benchmarks/gate_latency.py --gate "$GATE" --models $CACHE/models --limit 24 2>&1 | tr '\r' '\n' \
+      | grep -vE "Loading weights|/s\]|^ *$"
+  else
+    echo "part 3: no gate saved for $LLM; the end of the fit's log:"; tail -20 /tmp/gate_fit_$LLM.log
+  fi
+done
 fi
 echo; echo "done $(date -u +%FT%TZ)"
