@@ -207,8 +207,8 @@ def main() -> None:
             gate.reads = lambda: (True, True)
             lat, wall = timed(gate.score_batch, scored, size)
             del gate.reads  # the gate's own again
-            results[mode]["score_full"] = summary("full", lat, wall)
-            print(f"  score / full pass at p50 {results[mode]['score']['p50'] / results[mode]['score_full']['p50']:.2f}x")
+            full = results[mode]["score_full"] = summary("full", lat, wall)
+            print(f"  score / full pass at p50 {results[mode]['score']['p50'] / full['p50']:.2f}x")
         rows = [prompts[i].ids + tokenizer.encode(fmt.write(c["function"]["name"], c["function"]["arguments"]),
                                                   add_special_tokens=False) for i, (_, _, c) in enumerate(scored)]
         forward(rows[:size])

@@ -289,7 +289,8 @@ def test_vllm_teacher_forces_given_replies_on_its_engine(engine_stage):
         np.testing.assert_allclose(got.states, want.states, rtol=1e-3, atol=1e-3)
     for got, bare in zip(scored, engine.score(prompts, replies, lens=False, states=False)):  # a conf-only gate's ask
         np.testing.assert_allclose(bare.token_probs, got.token_probs, rtol=1e-4, atol=1e-6)
-        assert bare.lens_ids.shape == (0, len(got.token_ids)) and bare.states.shape == (max(len(got.token_ids), 1), 0, 0)
+        assert bare.lens_ids.shape == (0, len(got.token_ids))
+        assert bare.states.shape == (max(len(got.token_ids), 1), 0, 0)
     np.testing.assert_allclose(engine.states(prompts[0], replies[0]), local.states(prompts[0], replies[0]),
                                rtol=1e-3, atol=1e-3)
     assert written_states(stage) == []

@@ -211,8 +211,8 @@ def test_the_latency_benchmark_runs_on_a_tiny_gate(fitted):
     from mice_exp.paths import PACKAGE_ROOT
 
     out = subprocess.run([sys.executable, "benchmarks/gate_latency.py", "--gate", str(fitted[0]), "--apis", "1",
-                          "--limit", "2", "--concurrency", "2", "--full-pass"], cwd=PACKAGE_ROOT, capture_output=True, text=True,
-                         timeout=600, env=os.environ | {"PYTHONPATH": str(PACKAGE_ROOT)})
+                          "--limit", "2", "--concurrency", "2", "--full-pass"], cwd=PACKAGE_ROOT, capture_output=True,
+                         text=True, timeout=600, env=os.environ | {"PYTHONPATH": str(PACKAGE_ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
     for line in ("prompt tokens: mean", "sequential", "2 concurrent", "  check    p50", "  score    p50", "  forward  p50",
                  "  forward0 p50", "score / forward at p50", "  full     p50", "score / full pass at p50",

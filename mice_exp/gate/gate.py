@@ -143,8 +143,9 @@ class Gate:
                 the gate's, else a one-line UserError refuses it before anything heavy loads.
             llm: an already loaded :class:`mice_exp.llm.model.LLM` to use (else loaded on first use).
             device, batch_size: override where every model of the gate runs (its LLM, BERTScore's encoder, the
-                retrieval encoder) and in what batches the LLM runs; ``engine``: llm settings of what runs it (``{"backend": "vllm"}``: :data:`~mice_exp.gate.artifact.ENGINE_SETTINGS`). None of
-                them changes the gate's identity.
+                retrieval encoder) and in what batches the LLM runs; ``engine``: llm settings of what runs it
+                (``{"backend": "vllm"}``: :data:`~mice_exp.gate.artifact.ENGINE_SETTINGS`). None of them changes
+                the gate's identity.
             models: the model cache (``Paths.models``) the LLM is loaded or converted into.
             tracking: the ``tracking`` config (or a tracking URI) for MLflow sources; default: the
                 project's embedded store.
