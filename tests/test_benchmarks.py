@@ -55,3 +55,33 @@ def test_a_resumed_reproduction_undoes_the_step_it_was_cut_off_in(tmp_path):
     (tmp_path / "sources.npz").write_text("a whole step's output")
     roll_back(tmp_path, ["stage", "sources"])
     assert (tmp_path / "sources.npz").exists() and not (tmp_path / "pending.json").exists()
+
+
+def test_prediction_agreement_finds_the_call_a_perturbed_confidence_moves_across_a_threshold(tmp_path):
+    """Two records files that differ in one call's raw confidence: the script names the column, the predictions
+    and the decision that moved; against the published predictions, the published records' raw confidence is
+    reproduced exactly."""
+    import argparse
+    import gzip
+    import json
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from prediction_agreement import compare
+
+    published = ROOT / "experiments" / "records" / "ste-smollm2_135m.jsonl.gz"
+    lines = gzip.open(published, "rt").read().splitlines()
+    rows = [json.loads(line) for line in lines]
+    test = next(n for n, r in enumerate(rows) if r.get("split") == "test" and 0.3 < r["raw_confidence"] < 0.45)
+    rows[test]["raw_confidence"] = 0.6  # across the medium risk's tau of 0.5
+    moved = tmp_path / "moved.jsonl.gz"
+    with gzip.open(moved, "wt") as f:
+        f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+    args = argparse.Namespace(llm="smollm2_135m", features="conf_only", estimator="raw", protocol="holdout",
+                              row="Raw Confidence", overrides=[f"paths.cache={tmp_path / 'cache'}"])
+    found = compare(published, moved, args)
+    assert list(found["feature_columns_that_differ"]) == ["confidence"]
+    assert found["predictions_that_differ"] == 1
+    assert [c[0] for c in found["decisions_that_flip"]["medium"]["calls"]] == [rows[test]["id"]]
+    assert found["decisions_that_flip"]["low"]["calls"] == []
+    again = compare(published, ROOT / "experiments" / "table1" / "predictions.csv", args)
+    assert again["feature_columns_that_differ"] is None and again["predictions_that_differ"] == 0
