@@ -90,6 +90,8 @@ def test_a_scored_batch_says_where_its_time_went(gate):
     assert parts.keys() == {"prepare_s", "forward_s", "records_s", "features_s", "total_s"}
     assert min(parts.values()) > 0
     assert sum(parts.values()) - parts["total_s"] <= parts["total_s"]
+    gate.check_batch([(ask("Weather in Rome?"), [WEATHER])])  # a check after it reports its own parts only
+    assert gate.timing.keys() == {"prepare_s", "generate_s", "features_s", "total_s"}
 
 
 def test_a_scored_call_s_pass_computes_only_what_the_gate_reads(gate, fitted, monkeypatch):

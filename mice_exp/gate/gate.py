@@ -321,11 +321,14 @@ class Gate:
                     tau: float | None = None) -> list[Decision]:
         """:meth:`check` for many ``(messages, tools)`` pairs, generated in the LLM stage's batches; one bad
         request refuses the batch (its error names it). One batch runs at a time (a lock around the LLM)."""
+        start = time.perf_counter()
         tau = self.tau if tau is None else check_tau(tau)
         examples = self._chat_examples([(m, t) for m, t in requests])
         with self._lock:
             prompts = self._request_prompts(examples, len(requests))
+            self.timing = {"prepare_s": time.perf_counter() - start}  # this call's parts only, as score_batch's
             records, p = self._run(examples, prompts)
+            self.timing["total_s"] = time.perf_counter() - start
         return [self._decision(record, float(prob), tau, examples[i].tool_names)
                 for i, record, prob in zip(sorted(prompts), records, p)]
 
