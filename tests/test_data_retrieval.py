@@ -43,6 +43,24 @@ def test_encode_gives_unit_rows(encoder: SentenceEncoder) -> None:
     np.testing.assert_allclose(SentenceEncoder(batch_size=64).encode(list(QUERIES.values())), vectors, atol=1e-5)
 
 
+def test_device_auto_runs_where_cuda_is_else_on_the_cpu(encoder: SentenceEncoder) -> None:
+    """``retrieval.device=auto`` (and ``features.encoder.device=auto``, which the config check also accepts) were
+    handed to torch as they are, which knows no device "auto"."""
+    import torch
+
+    from mice_exp.features.bertscore import make_scorer
+
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    auto = SentenceEncoder(device="auto", batch_size=4)
+    assert auto.device.type == expected
+    np.testing.assert_allclose(auto.encode(["a query"]), encoder.encode(["a query"]), atol=1e-5)
+    assert make_scorer({"model": None, "num_layers": 6, "device": "auto"}).device == expected
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match=r"^retrieval.device=cuda but no CUDA device is visible; expected "
+                                            r"retrieval.device=cpu or auto$"):
+            SentenceEncoder(device="cuda")
+
+
 def test_rank_demos_excludes_self_and_ranks_near_duplicate_first(encoder: SentenceEncoder) -> None:
     ranking = rank_demos(EXAMPLES, 3, encoder)
     assert set(ranking) == {e.id for e in EXAMPLES}
