@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The GPU checks of a release, in one short run (< 10 min) on a GPU machine that has the project copied over, python3
+# The GPU checks of a release, in short runs on a GPU machine that has the project copied over, python3
 # with torch+CUDA, and no package index: the gpu_pool launcher on the real GPU with a 2-job sweep, the hf stage with
 # capture on a random Llama-3.1-8B-shaped model against plain generation (benchmarks/backends.py), and the gate's
 # score-a-given-call latency on gates fitted there on random 8B- and SmolLM2-shaped models (benchmarks/gate_latency.py;
 # GPU_CHECK_LLMS=smollm2_135m_random for one). Prints the device first; the output is
-# committed as benchmarks/gpu_check_<device>.txt.
+# committed as benchmarks/gpu_check_<device>.txt. A device command may run 10 minutes: parts 1-2 fit in one (their
+# timeouts: 240 s each); part 3's are 440 s per model, so give each its own (GPU_CHECK_PARTS=3 GPU_CHECK_LLMS=<one>).
 #
 # What the machine lacks travels in .gpu/ (git-ignored; made here by `bash benchmarks/gpu_check.sh --prepare`):
 #   site.tgz       the pure-Python packages the run imports that such an image lacks or has at other versions
@@ -69,7 +70,8 @@ if [[ " $PARTS " == *" 3 "* ]]; then
 echo; echo "== 3. the gate on the GPU: score a given call against generate-and-check and one plain forward pass"
 echo "(for each of a random Llama-3.1-8B-shaped model (a compute-bound prefill) and a random SmolLM2-135M-shaped one (the"
 echo " issue's model; its weights do not travel), a gate fitted here: 45 STE calls, zero-shot, conf_only (the scored pass"
-echo " is the plain forward with the call's logits), mice_lr; its labels are all wrong, so its estimator predicts the base"
+echo " is the plain forward with the call's logits; 'full': the same calls keeping every layer and the lens, as before),"
+echo " mice_lr; its labels are all wrong, so its estimator predicts the base"
 echo " rate: the figures are the LLM side's, which is what a GPU changes; the first 24 queries: a random model writes all"
 echo " 96 new tokens, so check is an upper bound)"
 for LLM in ${GPU_CHECK_LLMS:-llama3_1_8b_random smollm2_135m_random}; do
@@ -78,7 +80,8 @@ for LLM in ${GPU_CHECK_LLMS:-llama3_1_8b_random smollm2_135m_random}; do
     estimator=mice_lr tracking.enabled=false paths.cache=$CACHE hydra.run.dir=/tmp/gate_fit_$LLM 2>&1 \
     | tee /tmp/gate_fit_$LLM.log | sed -n 's/^gate saved: \([^ ]*\) .*/\1/p')
   if [ -n "$GATE" ]; then
-    timeout 240 $PY benchmarks/gate_latency.py --gate "$GATE" --models $CACHE/models --limit 24 2>&1 | tr '\r' '\n' \
+    timeout 240 $PY benchmarks/gate_latency.py --gate "$GATE" --models $CACHE/models --limit 24 --full-pass 2>&1 \
+      | tr '\r' '\n' \
       | grep -vE "Loading weights|/s\]|^ *$"
   else
     echo "part 3: no gate saved for $LLM; the end of the fit's log:"; tail -20 /tmp/gate_fit_$LLM.log

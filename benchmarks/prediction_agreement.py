@@ -30,45 +30,55 @@ from mice_exp.pipeline import Pipeline
 CELLS = ("smece", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu")  # Table 1's columns
 
 
-def predictions(records: Path, args: argparse.Namespace) -> tuple[Any, np.ndarray]:
-    """The records file's FeatureSet and the estimator's test predictions under the protocol (as a run makes them)."""
+def predictions(records: Path, args: argparse.Namespace) -> tuple[Any, np.ndarray, bool]:
+    """The records file's FeatureSet, the estimator's test predictions under the protocol (as a run makes them) and
+    whether it reads the feature view (not only the raw confidence)."""
     cfg = as_plain(compose_config([f"llm={args.llm}", f"llm.records={records}", f"features={args.features}",
                                    f"estimator={args.estimator}", f"protocol={args.protocol}", "tracking.enabled=false",
                                    *args.overrides]))
     pipeline = Pipeline.from_config(cfg)
     fs = pipeline.features(pipeline.stage_output())
     main = pipeline.study.main
-    return fs, pipeline.protocol.predict(main.estimator, fs, main.source)[0]
+    reads_view = getattr(main.estimator, "input_kind", "features") != "confidence"
+    return fs, pipeline.protocol.predict(main.estimator, fs, main.source)[0], reads_view
 
 
-def published(csv_path: Path, llm: str, row: str) -> dict[str, float]:
-    """The test predictions a published run saved for ``row`` (e.g. "MICE RF Zeroshot") of ``llm``, by call id."""
+def published(csv_path: Path, args: argparse.Namespace, reads_view: bool) -> dict[str, float]:
+    """The test predictions a published run saved for the row ``args.row`` (e.g. "MICE RF Zeroshot") of ``args.llm``,
+    by call id; refused unless that row's estimator, protocol and (for an estimator that reads them) features are the
+    ones asked for here."""
     with csv_path.open(newline="") as f:
-        found = {r["id"]: float(r["confidence"]) for r in csv.DictReader(f) if r["llm"] == llm and r["row"] == row}
-    if not found:
-        raise SystemExit(f"prediction_agreement: {csv_path} has no predictions of row {row!r} for llm={llm}; "
+        rows = [r for r in csv.DictReader(f) if r["llm"] == args.llm and r["row"] == args.row]
+    if not rows:
+        raise SystemExit(f"prediction_agreement: {csv_path} has no predictions of row {args.row!r} for llm={args.llm}; "
                          "expected a row name as the table prints it")
-    return found
+    made = {(r["estimator"], r["protocol"], r["features"] if reads_view else args.features) for r in rows}
+    if made != {(args.estimator, args.protocol, args.features)}:
+        raise SystemExit(f"prediction_agreement: row {args.row!r} was made by (estimator, protocol, features) {made}; "
+                         f"expected --estimator {args.estimator} --protocol {args.protocol} --features {args.features}")
+    return {r["id"]: float(r["confidence"]) for r in rows}
 
 
 def compare(first: Path, second: Path, args: argparse.Namespace) -> dict[str, Any]:
-    fs_a, p_a = predictions(first, args)
+    fs_a, p_a, reads_view = predictions(first, args)
     test = fs_a.rows("test")
     y, ids = fs_a.labels[test], np.array(fs_a.ids)[test]
     gaps: dict[str, float] | None = None  # unknown against a predictions file
     if second.suffix == ".csv":
-        saved = published(second, args.llm, args.row)
+        saved = published(second, args, reads_view)
         if sorted(saved) != sorted(ids):
             raise SystemExit("prediction_agreement: the published predictions are of other test calls")
         p_b = np.array([saved[i] for i in ids])
     else:
-        fs_b, p_b = predictions(second, args)
+        fs_b, p_b, _ = predictions(second, args)
         if fs_a.ids != fs_b.ids or list(fs_a.columns) != list(fs_b.columns):
             raise SystemExit("prediction_agreement: the two files' calls or feature columns differ; expected the same "
                              "calls")
         if not np.array_equal(fs_a.labels, fs_b.labels) or not np.array_equal(test, fs_b.rows("test")):
             raise SystemExit("prediction_agreement: the two files' labels or splits differ; expected the same calls")
-        gaps = {c: float(g) for c, g in zip(fs_a.columns, np.abs(fs_a.X - fs_b.X).max(axis=0)) if g > 0}
+        apart = np.isnan(fs_a.X) != np.isnan(fs_b.X)  # a value in one file, NaN in the other: an infinite gap
+        gap = np.where(apart, np.inf, np.nan_to_num(np.abs(fs_a.X - fs_b.X))).max(axis=0)
+        gaps = {c: float(g) for c, g in zip(fs_a.columns, gap) if g > 0}
     flips = {name: [(str(i), int(label), float(a), float(b))
                     for i, label, a, b in zip(ids, y, p_a, p_b) if (a > risk.tau) != (b > risk.tau)]
              for name, risk in PAPER_RISKS.items()}

@@ -57,7 +57,7 @@ def test_a_resumed_reproduction_undoes_the_step_it_was_cut_off_in(tmp_path):
     assert (tmp_path / "sources.npz").exists() and not (tmp_path / "pending.json").exists()
 
 
-def test_prediction_agreement_finds_the_call_a_perturbed_confidence_moves_across_a_threshold(tmp_path):
+def test_prediction_agreement_finds_the_call_a_perturbed_confidence_moves_across_a_threshold(tmp_path, monkeypatch):
     """Two records files that differ in one call's raw confidence: the script names the column, the predictions
     and the decision that moved; against the published predictions, the published records' raw confidence is
     reproduced exactly."""
@@ -65,7 +65,7 @@ def test_prediction_agreement_finds_the_call_a_perturbed_confidence_moves_across
     import gzip
     import json
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     from prediction_agreement import compare
 
     published = ROOT / "experiments" / "records" / "ste-smollm2_135m.jsonl.gz"
@@ -83,5 +83,9 @@ def test_prediction_agreement_finds_the_call_a_perturbed_confidence_moves_across
     assert found["predictions_that_differ"] == 1
     assert [c[0] for c in found["decisions_that_flip"]["medium"]["calls"]] == [rows[test]["id"]]
     assert found["decisions_that_flip"]["low"]["calls"] == []
-    again = compare(published, ROOT / "experiments" / "table1" / "predictions.csv", args)
+    table1 = ROOT / "experiments" / "table1" / "predictions.csv"
+    again = compare(published, table1, args)  # raw confidence reads no view: the row's bertscore features do not matter
     assert again["feature_columns_that_differ"] is None and again["predictions_that_differ"] == 0
+    with pytest.raises(SystemExit, match=r"row 'HRE' was made by \(estimator, protocol, features\) "
+                                         r"\{\('hre', 'holdout', 'conf_only'\)\}; expected --estimator raw"):
+        compare(published, table1, argparse.Namespace(**{**vars(args), "row": "HRE"}))

@@ -268,7 +268,14 @@ def test_a_gate_fitted_on_a_gpu_serves_on_a_cpu_where_it_is_told_to(fitted, tiny
             Gate.load(folders["cuda"], llm=tiny_llm).decide(items, places)
     moved = Gate.load(folders["cuda"], llm=tiny_llm, device="cpu")
     assert moved.view.encoder["device"] == moved.retrieval["device"] == "cpu"
-    assert hexes(moved.decide(items, places)) == hexes(Gate.load(folders["cpu"], llm=tiny_llm).decide(items, places))
+    on_cpu = hexes(Gate.load(folders["cpu"], llm=tiny_llm).decide(items, places))
+    assert hexes(moved.decide(items, places)) == on_cpu
+    spec = json.loads((folders["cuda"] / "gate.json").read_text())  # as saved before gates kept their view: its
+    del spec["view"]                                                 # view is built from gate.json's features
+    write_json(folders["cuda"] / "gate.json", spec)
+    (folders["cuda"] / "view.skops").unlink()
+    older = Gate.load(folders["cuda"], llm=tiny_llm, device="cpu")
+    assert older.view is None and hexes(older.decide(items, places)) == on_cpu
 
 
 def test_a_changed_view_file_is_refused_by_its_checksum_in_one_line(fitted, tmp_path):

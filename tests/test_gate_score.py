@@ -119,6 +119,29 @@ def test_a_scored_call_s_pass_computes_only_what_the_gate_reads(gate, fitted, mo
     np.testing.assert_allclose(list(lean.arguments.values()), list(full.arguments.values()), rtol=1e-5)
 
 
+def test_a_mice_gate_s_pass_computes_the_lens_keeps_no_states_and_scores_as_the_full_pass(gate, fitted, tiny_llm,
+                                                                                          monkeypatch):
+    """A BERTScore view reads each layer's lens string and no hidden state: the pass hands on lens tokens and empty
+    states, and the features and probability are the full pass's."""
+    from mice_exp.features import build_features
+    from mice_exp.llm import teacher
+    from mice_exp.llm.records import read_stage
+
+    fs = build_features(tiny_cfg("features=bertscore")["features"], read_stage(fitted[3].out), None)
+    gate.view, gate.spec["columns"] = fs.view, list(fs.columns)
+    gate.estimator = MiceLogisticRegression(C=0.05).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
+    assert gate.reads() == (True, False)
+    handed: list = []
+    score = teacher.score_replies
+    monkeypatch.setattr(teacher, "score_replies", lambda *a, **k: handed.extend(score(*a, **k)) or handed[-1:])
+    lean = gate.score(ask("Weather in Rome?"), [WEATHER], CALL)
+    assert handed[-1].lens_ids.shape[0] == tiny_llm.n_layers - 1 and handed[-1].states.shape[1:] == (0, 0)
+    monkeypatch.setattr(Gate, "reads", lambda self: (True, True))
+    full = gate.score(ask("Weather in Rome?"), [WEATHER], CALL)
+    assert handed[-1].states.shape[1] == tiny_llm.n_layers
+    assert lean.probability == pytest.approx(full.probability, abs=1e-6) and 0.01 < lean.probability < 0.99
+
+
 def test_a_mice_gate_reads_the_lens_and_no_states():
     """The published SmolLM2 gate (bertscore view, MICE RF) reads each layer's lens string, never an array."""
     from mice_exp.paths import PACKAGE_ROOT
@@ -139,6 +162,7 @@ def test_a_teacher_asked_for_neither_lens_nor_states_keeps_none(tiny_llm):
         np.testing.assert_allclose(b.token_probs, f.token_probs, rtol=1e-6)
         assert b.lens_ids.shape == (0, len(f.token_ids)) and b.states.shape == (len(f.token_ids), 0, 0)
         np.testing.assert_array_equal(o.lens_ids, f.lens_ids)
+        assert o.states.shape == (len(f.token_ids), 0, 0)
         assert f.states.shape == (len(f.token_ids), tiny_llm.n_layers, tiny_llm.hidden_size)
 
 

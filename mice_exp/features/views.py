@@ -129,7 +129,8 @@ class BertScoreView(FeatureView):
         return list(range(1, n_layers))
 
     def on_device(self, device: str) -> BertScoreView:
-        """BERTScore's encoder on ``device`` (a gate fitted with it on a GPU serves on a CPU, and the other way)."""
+        """BERTScore's encoder on ``device`` (a gate fitted with it on a GPU serves on a CPU, and the other way); set in
+        place, as ``set_params`` sets it."""
         return self.set_params(encoder={**self._encoder(), "device": device})
 
     def _encoder(self) -> dict:

@@ -111,7 +111,10 @@ class Gate:
         self.llm_cfg = dict(spec["llm"]) | ({"device": device} if device else {}) | dict(engine or {})
         self.retrieval = dict(spec["retrieval"])
         if device:  # every model the gate runs goes there: the LLM, the view's own (BERTScore's), the retrieval's
-            self.view = view if view is None else view.on_device(device)
+            if view is not None:
+                self.view = view.on_device(device)
+            elif "encoder" in spec["features"]:  # a gate saved before gates kept their view builds it from its spec
+                spec["features"] = {**spec["features"], "encoder": {**(spec["features"]["encoder"] or {}), "device": device}}
             self.retrieval["device"] = device
         if batch_size:
             self.llm_cfg["batch_size"] = int(batch_size)
