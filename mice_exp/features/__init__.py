@@ -96,8 +96,7 @@ def set_runtime(view: Any, cache_dir: Path | None, seed: int) -> Any:
 
 def build_features(cfg: Mapping[str, Any], stage: StageOutput, features_cache: Path | None, seed: int = 0,
                    sources: Mapping[str, np.ndarray] | None = None) -> FeatureSet:
-    """:func:`fit_features` with the view a ``conf/features`` node describes (a gate's ``features``, in a gate
-    saved before gates kept their fitted view)."""
+    """:func:`fit_features` with the view a ``conf/features`` node describes, in one call."""
     return fit_features(make_view(cfg, features_cache, seed), stage, sources)
 
 

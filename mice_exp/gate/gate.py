@@ -109,13 +109,11 @@ class Gate:
         self.view = view  # the run's fitted feature view; None in a gate saved before gates kept it
         self.pool = pool
         self.llm_cfg = dict(spec["llm"]) | ({"device": device} if device else {}) | dict(engine or {})
-        self.retrieval = dict(spec["retrieval"])
-        if device:  # every model the gate runs goes there: the LLM, the view's own (BERTScore's), the retrieval's
-            if view is not None:
-                self.view = view.on_device(device)
-            elif "encoder" in spec["features"]:  # a gate saved before gates kept their view builds it from its spec
-                spec["features"] = {**spec["features"], "encoder": {**(spec["features"]["encoder"] or {}), "device": device}}
-            self.retrieval["device"] = device
+        # every model the gate runs goes where it is told: the LLM, the view's own (BERTScore's), the retrieval's
+        self.device = device
+        self.retrieval = dict(spec["retrieval"]) | ({"device": device} if device else {})
+        if device and view is not None:
+            self.view = view.on_device(device)
         if batch_size:
             self.llm_cfg["batch_size"] = int(batch_size)
         templates = {role: str(self.folder / rel) for role, rel in spec["templates"].items()}
@@ -261,10 +259,11 @@ class Gate:
     def features(self, stage: StageOutput) -> FeatureSet:
         """The feature rows of an LLM-stage output through the run's fitted view; a gate saved before gates
         kept their view (a stateless one) fits its view on ``stage`` itself, as it did then."""
-        from mice_exp.features import build_features, transform_features  # loads sklearn
+        from mice_exp.features import fit_features, make_view, transform_features  # loads sklearn
 
         if self.view is None:
-            return build_features(self.spec["features"], stage, None, seed=int(self.spec["seed"]))
+            view = make_view(self.spec["features"], None, int(self.spec["seed"]))
+            return fit_features(view.on_device(self.device) if self.device else view, stage)
         return transform_features(self.view, stage)
 
     def reads(self) -> tuple[bool, bool]:

@@ -25,6 +25,17 @@ class Generation:
     states: np.ndarray  # [max(T,1), L, d] layers 1..L (pre-norm) at the positions predicting y_t
 
 
+def no_lens(n: int) -> np.ndarray:
+    """``lens_ids`` of a generation of ``n`` tokens whose layers nobody read ([0, T]): an endpoint's, or a
+    teacher-forced pass whose gate reads no layer strings."""
+    return np.zeros((0, n), dtype=np.int32)
+
+
+def no_states(n: int) -> np.ndarray:
+    """``states`` of a generation of ``n`` tokens kept without hidden states ([max(T,1), 0, 0])."""
+    return np.zeros((max(n, 1), 0, 0), np.float32)
+
+
 def truncate(tokenizer, ids: Sequence[int], eos_ids: Sequence[int],
              fmt: CallFormat = REACT) -> tuple[list[int], list[tuple[int, int]], str]:
     """Cut ids at EOS (excluded) and at the call's stop in the reply format ``fmt``; return kept ids, their

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from mice_exp.llm.capture import layer_states, lens_argmax
-from mice_exp.llm.generation import Generation, token_spans
+from mice_exp.llm.generation import Generation, no_lens, no_states, token_spans
 from mice_exp.llm.model import LLM
 
 
@@ -110,14 +110,14 @@ def as_generations(llm: LLM, ids: Sequence[list[int]], layers: Sequence[torch.Te
     out, cursor = [], 0
     for reply, state, lp in zip(ids, layers, logp):
         offsets, text = token_spans(tokenizer, reply)
-        block = np.zeros((0, len(reply)), dtype=np.int32)
+        block = no_lens(len(reply))
         if read is not None:
-            block = read[cursor:cursor + len(reply) * n_lens].reshape(len(reply), n_lens).T.cpu().numpy()
+            rows = read[cursor:cursor + len(reply) * n_lens]
+            block = rows.reshape(len(reply), n_lens).T.cpu().numpy().astype(np.int32)
             cursor += len(reply) * n_lens
         out.append(Generation(token_ids=reply, token_probs=lp.exp().cpu().numpy().astype(np.float64), text=text,
-                              offsets=offsets, lens_ids=block.astype(np.int32),
-                              states=state.cpu().numpy() if states and state is not None
-                              else np.zeros((max(len(reply), 1), 0, 0), np.float32)))
+                              offsets=offsets, lens_ids=block,
+                              states=state.cpu().numpy() if states and state is not None else no_states(len(reply))))
     return out
 
 

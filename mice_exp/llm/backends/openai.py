@@ -16,7 +16,7 @@ import numpy as np
 
 from mice_exp.errors import UserError
 from mice_exp.llm.backends import Backend, SeededSources
-from mice_exp.llm.generation import Generation, truncate
+from mice_exp.llm.generation import Generation, no_lens, no_states, truncate
 from mice_exp.llm.prompt import option_token_ids
 from mice_exp.llm.toolcall import REACT, CallFormat
 
@@ -138,7 +138,7 @@ class Endpoint:
             ids, offsets, text = [], *_cut_text(tokens, fmt)
         n = len(offsets)
         return Generation(token_ids=ids, token_probs=np.exp(values[:n]), text=text, offsets=offsets,
-                          lens_ids=np.zeros((0, n), dtype=np.int32), states=np.zeros((max(n, 1), 0, 0), np.float32))
+                          lens_ids=no_lens(n), states=no_states(n))
 
 
 class EndpointCall:
