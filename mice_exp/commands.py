@@ -34,8 +34,10 @@ RECORDS_USAGE = ("usage: mice-exp records [output=FILE] [hydra overrides]\n"
                  "back with llm.records=FILE and needs no LLM. With llm.records=FILE it adds sources.use to\n"
                  "that file's records (loading the LLM, not re-running its stage). With llm.shards=N llm.shard=i\n"
                  "it runs worker i of the stage; the worker that completes the stage writes the file.\n"
-                 "With actor=FILE (another LLM's records) it writes the configured LLM's judgement of those calls\n"
-                 "(each teacher-forced as the reply to its own prompt), by default FILE-judged-by-<llm>.jsonl.gz")
+                 "With actor=NAME[,NAME...] or actor=all (conf/actors: ../shared/data/ste_actors/NAME.json; or an\n"
+                 "actor file's or another LLM's records file's path) it writes the configured LLM's judgement of\n"
+                 "those calls (each rendered canonically and teacher-forced as the reply to the LLM's own prompt),\n"
+                 "one file per actor in output=DIR, by default experiments/records/actors/")
 
 MCQ_USAGE = ("usage: mice-exp mcq [template=plain|chat] [output=FILE] [hydra overrides]\n"
              "scores each candidate answer of a multiple-choice data set (dataset=when2call) under the configured\n"
@@ -116,17 +118,16 @@ def records(argv: Sequence[str]) -> None:
     actors = [a.split("=", 1)[1] for a in argv if a.startswith("actor=")]
     pipeline = Pipeline.from_config(compose_config([a for a in argv if not a.startswith(("output=", "actor="))]))
     stage = pipeline.stage
-    if actors:  # the actor's records judged by the configured LLM
-        from mice_exp.llm.records import write_records_file  # loads numpy
-        from mice_exp.llm.replay import judge_records  # loads torch, transformers
+    if actors:  # the actors' calls judged by the configured LLM, each rendered canonically
+        from mice_exp.llm.judge import publish_judged, resolve_actors  # loads numpy
 
-        actor = resolve(actors[0], Path.cwd())
-        default = actor.with_name(actor.name.replace(".jsonl.gz", f"-judged-by-{stage.llm['name']}.jsonl.gz"))
-        path = writable_file(outputs[0] if outputs else default, Path.cwd(), "output", force=pipeline.force)
-        header, rows = judge_records(stage, actor)
-        write_records_file(path, header, rows)
-        print(f"records: {path} ({path.stat().st_size / 1e6:.2f} MB): {header['display']}; Table 1 on it with "
-              f"llm={stage.llm['name']} llm.records={path}")
+        folder = resolve(outputs[0], Path.cwd()) if outputs else stage.paths.root / "experiments" / "records" / "actors"
+        every = {e.id: e for e in stage.dataset.load(stage.paths)}
+        actor_set = resolve_actors(actors[-1], resolve(pipeline.config["actors"]["folder"], stage.paths.root),
+                                   Path.cwd(), every, stage.dataset.name)
+        for path in publish_judged(stage, actor_set, folder):
+            print(f"records: {path} ({path.stat().st_size / 1e6:.2f} MB); Table 1 on it with "
+                  f"llm={stage.llm['name']} llm.records={path}")
         return
     # replacing the file it reads (llm.records=F output=F: adding sources) is what the command is for
     same = bool(outputs) and stage.records_path == resolve(outputs[0], Path.cwd())

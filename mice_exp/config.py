@@ -23,11 +23,11 @@ STAGES = ("llm", "all")
 #: The top-level keys of conf/config.yaml and its groups: a key beyond them (``+tau=0.8``) is read by nothing.
 SETTINGS = ("dataset", "llm", "prompt", "features", "estimator", "risk", "protocol", "tracking", "sources", "gate",
             "baselines", "scale", "compare_with", "permutations", "n_jobs", "retrieval", "stage", "paths", "seed",
-            "force")
+            "force", "actor", "actors")
 RISK_KEYS = ("name", "tp", "fp", "tn", "fn")
 #: The groups read as plain mappings (nothing builds them with ``_target_``, which would refuse an unknown key
 #: itself), and the nested nodes of ``sources``: a key none of their YAML files defines is read by nothing.
-PLAIN_GROUPS = ("dataset", "llm", "prompt", "tracking", "sources", "gate", "retrieval", "paths", "estimator",
+PLAIN_GROUPS = ("dataset", "llm", "prompt", "tracking", "sources", "gate", "retrieval", "paths", "estimator", "actors",
                 *(f"sources.{name}" for name in ("p_true", "verbalized", "consistency", "acts")))
 DEVICE = re.compile(r"(cpu|auto|mps|cuda(:\d+)?)")
 

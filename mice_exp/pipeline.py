@@ -67,6 +67,7 @@ class Pipeline:
     gate: Mapping[str, Any]  # conf/gate: whether and where the fitted estimator is saved as a gate
     estimates: bool  # stage=all: the estimation follows the LLM stage
     force: bool  # re-run a job MLflow already holds FINISHED
+    actor: str | None = None  # whose calls: None = the LLM's own, else an actor's judged by the LLM (llm.records)
     read: StageOutput | None = field(default=None, repr=False)  # the records file, once :meth:`check_inputs` read it
 
     @classmethod
@@ -96,7 +97,8 @@ class Pipeline:
                        view=make_view(cfg["features"], paths.features, int(cfg["seed"])), protocol=protocol,
                        study=Study.from_config(cfg, protocol.estimators), tracking=cfg["tracking"],
                        gate=cfg.get("gate") or {},
-                       estimates=cfg.get("stage", "all") == "all", force=bool(cfg.get("force")))
+                       estimates=cfg.get("stage", "all") == "all", force=bool(cfg.get("force")),
+                       actor=cfg.get("actor"))
         pipeline.check()
         return pipeline
 
@@ -176,8 +178,18 @@ class Pipeline:
         """What the data set and a records file (``llm.records``, read here once) can refuse, so that its one
         line comes before the run's MLflow run opens and no empty run is left."""
         self.check_data()
+        if self.actor is not None and self.stage.records_path is None:
+            raise UserError(f"actor={self.actor}: a run reads an actor's calls judged by llm={self.stage.llm['name']} "
+                            f"from a records file; expected llm.records=experiments/records/actors/"
+                            f"{self.stage.dataset.name}-{self.actor}-judged-by-{self.stage.llm['name']}.jsonl.gz "
+                            f"(written by `mice-exp records llm={self.stage.llm['name']} actor={self.actor}`)")
         if self.stage.records_path is not None:
             self.read = self.stage.output(self.view.record_fields)
+            wrote = self.read.info.get("actor")
+            if self.actor is not None and wrote != self.actor:
+                raise UserError(f"actor={self.actor}, but llm.records={self.stage.llm['records']} holds "
+                                f"{'the calls of ' + wrote if wrote else self.stage.llm['name'] + ' own calls'}; "
+                                f"expected the records of actor={self.actor} judged by llm={self.stage.llm['name']}")
             if self.estimates:
                 self.confidence_sources(self.read)  # sources.use the file does not hold
 

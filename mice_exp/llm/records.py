@@ -256,7 +256,8 @@ def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[st
     if splits is not None:
         records = _selected(path, records, splits)
     sources = {name: [r.get("sources", {}).get(name) for r in records] for name in header.get("sources", [])}
-    info = {k: header[k] for k in ("n_layers", "hidden_size", "llm", "dataset") if k in header} | summarise(records)
+    info = {k: header[k] for k in ("n_layers", "hidden_size", "llm", "dataset", "actor", "render") if k in header}
+    info |= summarise(records)
     # keyed by the records without their sources: adding a source to a file keeps its BERTScore cache
     key = f"records-{stable_hash([{k: v for k, v in r.items() if k != 'sources'} for r in records])}"
     return StageOutput(records=records, info=info, key=key, sources=sources)

@@ -9,10 +9,12 @@ transformers model's teacher (``hf``); an engine brings its own (:meth:`mice_exp
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Any, Sequence
 
 import numpy as np
 import torch
+from transformers import DynamicCache
 
 from mice_exp.llm.capture import layer_states, lens_argmax
 from mice_exp.llm.generation import Generation, no_lens, no_states, token_spans
@@ -98,6 +100,54 @@ def score_replies(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[
     return as_generations(llm, ids, kept, logp, lens=lens, states=states)
 
 
+@torch.inference_mode()
+def score_shared(llm: LLM, prompt: Sequence[int], replies: Sequence[Sequence[int]], *, lens: bool = True,
+                 states: bool = True, rows: int = 8) -> list[Generation]:
+    """:func:`score_replies` for many replies to ONE prompt (K agents' calls on the same query): the prompt's
+    prefill runs once into a KV cache, then the replies go through in forwards of ``rows`` rows each, right-padded
+    after the cached prefix (a pad only follows a row's tokens, so causal attention never lets a real position see
+    one). K replies cost one prefill plus K short passes, where :func:`score_replies` pays K prefills; the
+    generations equal it up to float rounding (the attention's sums split at the cache)."""
+    ids = [list(r) for r in replies]
+    if not ids:
+        return []
+    capture = lens or states
+    prefix = torch.tensor([list(prompt[:-1])], dtype=torch.long, device=llm.device)
+    base = None
+    if len(prompt) > 1:
+        base = DynamicCache(config=llm.model.config)
+        llm.model(input_ids=prefix, use_cache=True, logits_to_keep=1, **{llm.cache_arg: base})
+    kept: list[torch.Tensor | None] = []
+    logp: list[torch.Tensor] = []
+    for lo in range(0, len(ids), rows):
+        chunk = ids[lo:lo + rows]
+        counts = [max(len(r), 1) for r in chunk]
+        width = max(counts)
+        batch = torch.full((len(chunk), width), llm.tokenizer.pad_token_id or 0, dtype=torch.long)
+        for b, (reply, n) in enumerate(zip(chunk, counts)):
+            batch[b, :n] = torch.tensor([prompt[-1], *reply[:n - 1]], dtype=torch.long)
+        cache = None
+        if base is not None:
+            cache = copy.deepcopy(base)
+            cache.batch_repeat_interleave(len(chunk))
+        start = len(prompt) - 1
+        positions = torch.arange(start, start + width, device=llm.device)[None].expand(len(chunk), -1)
+        captured: list[torch.Tensor | None] = [None] * llm.n_layers
+
+        def keep(index: int, hidden: torch.Tensor) -> None:
+            captured[index] = hidden.to(torch.float32, copy=True)
+
+        with layer_states(llm, keep) if capture else contextlib.nullcontext():
+            out = llm.model(input_ids=batch.to(llm.device), position_ids=positions, use_cache=cache is not None,
+                            logits_to_keep=width, **{llm.cache_arg: cache})
+        layers = torch.stack(captured, dim=2) if capture else None  # [B, width, L, d]
+        for b, (reply, n) in enumerate(zip(chunk, counts)):
+            kept.append(layers[b, :n] if layers is not None else None)
+            scores = torch.log_softmax(out.logits[b, :len(reply)].float(), dim=-1)
+            logp.append(scores.gather(1, torch.tensor(reply, dtype=torch.long, device=scores.device)[:, None])[:, 0])
+    return as_generations(llm, ids, kept, logp, lens=lens, states=states)
+
+
 def as_generations(llm: LLM, ids: Sequence[list[int]], layers: Sequence[torch.Tensor | None],
                    logp: Sequence[torch.Tensor], *, lens: bool = True, states: bool = True) -> list[Generation]:
     """Teacher-forced replies as the :class:`~mice_exp.llm.capture.Generation` generating them would have captured,
@@ -136,3 +186,7 @@ class Teacher:
     def score(self, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]], *, lens: bool = True,
               states: bool = True) -> list[Generation]:
         return score_replies(self.llm, prompts, replies, lens=lens, states=states)
+
+    def score_shared(self, prompt: Sequence[int], replies: Sequence[Sequence[int]], *, lens: bool = True,
+                     states: bool = True) -> list[Generation]:
+        return score_shared(self.llm, prompt, replies, lens=lens, states=states)

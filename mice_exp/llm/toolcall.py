@@ -128,6 +128,19 @@ def stop_offset(text: str) -> int | None:
     return min(ends) if ends else None
 
 
+def canonical_json(args: Any) -> str:
+    """A call's arguments in the one layout every call is scored in (:meth:`CallFormat.canonical`): keys sorted at
+    every depth, ``json.dumps``' own spacing on one line, non-ASCII characters as themselves (``\\u00e9`` and ``é``
+    are one value). Teacher forcing scores tokens, and a judge finds a layout it never wrote unlikely: one right
+    call scored 0.665 indented and 0.249 compact before every call was rendered this way. A string that is no
+    Unicode text (a lone UTF-16 surrogate, which JSON's ``\\ud800`` escape can carry) is a ValueError."""
+    text = json.dumps(args, ensure_ascii=False, sort_keys=True)
+    bad = next((c for c in text if "\ud800" <= c <= "\udfff"), None)
+    if bad is not None:
+        raise ValueError(f"the arguments hold a lone UTF-16 surrogate ({bad!r}); expected valid Unicode text")
+    return text
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """A parsed call; ``parse_error`` says why there is none (then ``args`` is None: no call)."""
@@ -181,6 +194,11 @@ class CallFormat(ABC):
     def write(self, api: str, args: dict[str, Any] | str) -> str:
         """The call ``api(**args)`` as a reply in this format; ``args`` as JSON text is written verbatim (a
         proposed call scored as its model wrote it)."""
+
+    def canonical(self, api: str, args: dict[str, Any]) -> str:
+        """The call as every judge scores it (:func:`canonical_json`): the same text for any layout, key order or
+        escaping its JSON came in, so that what a gate was fitted on is what it scores."""
+        return self.write(api.strip(), canonical_json(args))
 
     def demonstration(self, demo: str) -> str:
         """A demonstration's reply in this format: ``demo`` is kept in STE's format (:func:`format_demo`),

@@ -158,6 +158,12 @@ class EngineTeacher:
                     for s, r in zip(layers, ids)]
             return as_generations(model, ids, layers, logp, lens=lens, states=states)
 
+    def score_shared(self, prompt: Sequence[int], replies: Sequence[Sequence[int]], *, lens: bool = True,
+                     states: bool = True) -> list[Generation]:
+        """Many replies to one prompt: :meth:`score` with that prompt on every row; the engine's prefix cache
+        prefills it once."""
+        return self.score([prompt] * len(replies), replies, lens=lens, states=states)
+
 
 class EngineCall:
     """One call's source prompts asked of the engine, each request without states; samples seeded per call."""

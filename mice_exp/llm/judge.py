@@ -1,0 +1,159 @@
+"""Actors' calls judged by an LLM: each call rendered in the one canonical layout and teacher-forced after the
+judge's own prompt for its query, the prompt's prefill shared by every actor's call on that query.
+
+A query's prompt (the judge's template, its 8 retrieved training-split demonstrations, the query) is the same
+whichever actor answered it; only the reply differs. So per query the prefill runs once into a KV cache and
+the K actors' calls follow it (:meth:`~mice_exp.llm.teacher.Teacher.score_shared`; vLLM's prefix cache on the
+engine), and since calls are rendered canonically (:meth:`~mice_exp.llm.toolcall.CallFormat.canonical`), actors
+that made the same call (most right ones) are one reply, scored once. The judged rows are kept per query in
+``<cache>/llm/<judge>-judges-<key>/<query hash>.jsonl``, one per canonical reply, whichever actors asked for it:
+a later run with more actors scores only the replies not yet there, and an interrupted one resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+from filelock import FileLock
+from tqdm.auto import tqdm
+
+from mice_exp.cache import read_intact, read_json, read_jsonl, stable_hash, write_json, write_jsonl
+from mice_exp.data.actors import Actor
+from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.publish import written_by
+from mice_exp.llm.records import Record
+from mice_exp.llm.stage import LLMStage, batch_records
+from mice_exp.llm.toolcall import call_format
+
+#: How every judged call is written before teacher forcing (:func:`~mice_exp.llm.toolcall.canonical_json`).
+RENDER = "canonical"
+JUDGE_VERSION = 1
+#: What a judged record keeps of the actor's: its parsed call and its label by the data set's rule.
+ACTOR_FIELDS = ("pred_api", "pred_args", "parse_error", "label")
+log = logging.getLogger(__name__)
+
+
+def judge_folder(stage: LLMStage) -> tuple[Path, dict[str, Any]]:
+    """Where ``stage``'s LLM keeps the calls it judged, and its key: everything that changes a judged row (the
+    stage's own key: data set, prompt, LLM, retrieval, device) and the rendering."""
+    from mice_exp.devices import resolve_device
+
+    key = stage.key(resolve_device(stage.llm.get("device", "cpu")).type) | {"render": RENDER,
+                                                                         "judge_version": JUDGE_VERSION}
+    return stage.paths.llm / f"{stage.llm['name']}-judges-{stable_hash(key)}", key
+
+
+def judge_actors(stage: LLMStage, actors: Sequence[Actor]) -> dict[str, tuple[dict[str, Any], list[Record]]]:
+    """Each actor's judged calls (those it made on the run's selection) as a records file's header and records:
+    every field a feature view reads is the judge's (each layer's lens string and raw confidence = the judge's
+    probability of the call's content tokens, for the call in canonical layout), the parsed call and label
+    the actor's. Records keep the actor file's order; the header names ``actor``, ``judge`` and ``render``."""
+    examples = {e.id: e for e in stage.selection.examples}
+    fmt = call_format(stage.prompt)
+    wanted: dict[str, dict[str, None]] = {}
+    for actor in actors:
+        for call in actor.judged():
+            if call.id in examples:
+                wanted.setdefault(call.id, {})[fmt.canonical(call.api, call.args)] = None
+    out, key = judge_folder(stage)
+    judged = _judge(stage, out, examples, {i: list(r) for i, r in wanted.items()})
+    shapes = read_json(out / "shapes.json") if (out / "shapes.json").exists() else {}
+    judge = stage.llm["name"]
+    results = {}
+    for actor in actors:
+        calls = [c for c in actor.judged() if c.id in examples]
+        records = [judged[c.id][fmt.canonical(c.api, c.args)]
+                   | {"pred_api": c.api, "pred_args": c.args, "parse_error": None, "label": c.label} for c in calls]
+        report = actor.report()
+        info = {"dataset": stage.dataset.name, "llm": judge, **shapes, "stage_key": key,
+                "display": f"{actor.name} judged by {stage.llm.get('display', judge)}", "actor": actor.name,
+                "judge": judge, "render": RENDER, "actor_records": {"file": actor.source.name, "key": actor.key},
+                "actor_report": report, "examples": len(records), "sources": [], "stage_cache": out.name,
+                "written_by": written_by({}, stage.paths.root, f"{actor.name}'s calls judged by {judge}")}
+        results[actor.name] = (info, records)
+    return results
+
+
+def _judge(stage: LLMStage, out: Path, examples: dict[str, Any], wanted: dict[str, list[str]]
+           ) -> dict[str, dict[str, Record]]:
+    """Every wanted (query, canonical reply)'s judged record, those not in ``out`` yet computed, query by query."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = {i: out / f"{stable_hash(i, 20)}.jsonl" for i in wanted}
+    done: dict[str, dict[str, Record]] = {}
+    todo = []
+    for i, replies in wanted.items():
+        rows = read_intact(files[i], read_jsonl) or []
+        done[i] = {r["reply"]: r for r in rows}
+        if any(text not in done[i] for text in replies):
+            todo.append(i)
+    if not todo:
+        return done
+    with FileLock(str(out / ".lock")):
+        teacher = stage.backend.teacher()
+        write_json(out / "shapes.json", {"n_layers": teacher.n_layers, "hidden_size": teacher.hidden_size})
+        builder = PromptBuilder.from_config(stage.prompt, teacher.tokenizer)
+        demos = stage.demos(out)
+        budget = int(stage.llm["context_window"]) - int(stage.llm["max_new_tokens"])
+        splits = stage.selection.splits
+        pending = sum(len(wanted[i]) - sum(t in done[i] for t in wanted[i]) for i in todo)
+        log.info("%s judges %d calls on %d queries into %s", stage.llm["name"], pending, len(todo), out)
+        bar = tqdm(total=pending, desc=f"{stage.llm['name']} judges", unit="call")
+        for i in todo:
+            rows = read_intact(files[i], read_jsonl) or []  # another process may have judged it meanwhile
+            done[i] = {r["reply"]: r for r in rows}
+            missing = [t for t in wanted[i] if t not in done[i]]
+            if not missing:
+                continue
+            prompt = builder.build(examples[i], [examples[d] for d in demos[i]], budget)
+            tokens = [teacher.tokenizer.encode(t, add_special_tokens=False) for t in missing]
+            gens = teacher.score_shared(prompt.ids, tokens, lens=True, states=False)
+            new, _ = batch_records(teacher.tokenizer, [i] * len(missing), examples, splits, {i: prompt}, gens,
+                                   builder.fmt)
+            for text, row in zip(missing, new):
+                if row["text"] != text:
+                    log.warning("%s: %s's tokens of the call decode to %r, not %r", i, stage.llm["name"],
+                                row["text"][:80], text[:80])
+                done[i][text] = row | {"reply": text}
+            write_jsonl(files[i], list(done[i].values()))
+            bar.update(len(missing))
+        bar.close()
+    return done
+
+
+def resolve_actors(spec: str, folder: Path, root: Path, examples: dict[str, Any], dataset: str) -> list[Actor]:
+    """``actor=``'s value as actors: comma-separated names (files ``<folder>/NAME.json``; ``all``: every file in
+    ``folder``) and paths (an actor file, or an LLM's records file ``*.jsonl.gz``)."""
+    from mice_exp.data.actors import actor_from_records, actor_names, actor_path, read_actor
+    from mice_exp.llm.records import read_records_file, read_records_header
+
+    names = [n for s in spec.split(",") if s.strip() for n in (actor_names(folder) if s.strip() == "all" else [s.strip()])]
+    actors = []
+    for name in names:
+        path = actor_path(name, folder, root)
+        if path.name.endswith(".jsonl.gz"):
+            header = read_records_header(path)
+            records = read_records_file(path, dataset).records
+            actors.append(actor_from_records(path, records, str(header.get("llm", path.name.split(".")[0]))))
+        else:
+            actors.append(read_actor(path, examples))
+    return actors
+
+
+def judged_path(folder: Path, dataset: str, actor: str, judge: str) -> Path:
+    """``<folder>/<dataset>-<actor>-judged-by-<judge>.jsonl.gz``: where an actor's judged records are published."""
+    return folder / f"{dataset}-{actor}-judged-by-{judge}.jsonl.gz"
+
+
+def publish_judged(stage: LLMStage, actors: Sequence[Actor], folder: Path) -> list[Path]:
+    """Every actor's judged records (:func:`judge_actors`, all actors' calls on a query scored after one prefill),
+    one records file each in ``folder`` (:func:`judged_path`)."""
+    from mice_exp.llm.records import write_records_file
+
+    paths = []
+    for name, (header, records) in judge_actors(stage, actors).items():
+        path = judged_path(folder, stage.dataset.name, name, stage.llm["name"])
+        write_records_file(path, header, records)
+        paths.append(path)
+    return paths
