@@ -122,9 +122,8 @@ def records(argv: Sequence[str]) -> None:
         from mice_exp.llm.judge import publish_judged, resolve_actors  # loads numpy
 
         folder = resolve(outputs[0], Path.cwd()) if outputs else stage.paths.root / "experiments" / "records" / "actors"
-        every = {e.id: e for e in stage.dataset.load(stage.paths)}
-        actor_set = resolve_actors(actors[-1], resolve(pipeline.config["actors"]["folder"], stage.paths.root),
-                                   Path.cwd(), every, stage.dataset.name)
+        actor_set = resolve_actors(stage, actors[-1], resolve(pipeline.config["actors"]["folder"], stage.paths.root),
+                                   Path.cwd())
         for path in publish_judged(stage, actor_set, folder):
             print(f"records: {path} ({path.stat().st_size / 1e6:.2f} MB); Table 1 on it with "
                   f"llm={stage.llm['name']} llm.records={path}")

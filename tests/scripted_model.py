@@ -2,7 +2,8 @@
 library only) that replies from a script instead of a model.
 
 Step ``i`` of the script answers a request whose conversation holds ``i`` tool results: ``("call", name,
-arguments)`` proposes that call, ``("answer", text)`` ends the agent's loop. A dict of scripts picks one by the
+arguments)`` proposes that call (``arguments`` a dict, sent as ``json.dumps`` writes it, or the argument text to
+send as it is: a layout of the model's own), ``("answer", text)`` ends the agent's loop. A dict of scripts picks one by the
 first tool the request offers (one server for several agents). Every request body is kept in
 ``requests``, so a test can check what the framework sent (the tool results fed back, the tools offered).
 """
@@ -14,7 +15,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Step = tuple[str, ...] | tuple[str, str, dict[str, Any]]
+Step = tuple[str, ...] | tuple[str, str, dict[str, Any] | str]
 
 
 class ScriptedModel(ThreadingHTTPServer):
@@ -30,7 +31,7 @@ class ScriptedModel(ThreadingHTTPServer):
             message, finish = {"role": "assistant", "content": step[1]}, "stop"
         else:
             call = {"id": f"call_{len(self.requests)}", "type": "function",
-                    "function": {"name": step[1], "arguments": json.dumps(step[2])}}
+                    "function": {"name": step[1], "arguments": step[2] if isinstance(step[2], str) else json.dumps(step[2])}}
             message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
         return {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": 0,
                 "model": request.get("model", "scripted"),

@@ -44,9 +44,9 @@ def gate(fitted, tiny_llm):
 
 def test_scoring_the_gate_s_own_call_gives_check_s_probability(gate, tiny_llm, monkeypatch):
     """tiny_random's greedy replies hold no call, so its decoding is steered to one (:class:`Steer`), its JSON
-    indented as STE's demonstrations are; check captures while decoding (KV-cached), score in one teacher-forced
-    pass of the call as ``mice-exp serve`` hands it on (the arguments as written): the same numbers up to float
-    rounding."""
+    indented as STE's demonstrations are; check scores its own call as score scores any call, rendered
+    canonically (compact, keys sorted) and teacher-forced, so the call ``mice-exp serve`` hands on (in that
+    layout) and the call as the model wrote it both score as check did, up to float rounding."""
     reply = gate.builder().fmt.write("get_weather", '{\n  "city": "Paris"\n}')
     steer = Steer(tiny_llm.tokenizer.encode(reply, add_special_tokens=False))
     generate = tiny_llm.model.generate
@@ -56,7 +56,10 @@ def test_scoring_the_gate_s_own_call_gives_check_s_probability(gate, tiny_llm, m
         checked = gate.check(ask("What's the weather in Paris?"), [WEATHER])
     assert checked.text == reply and checked.call is not None and checked.call.arguments == {"city": "Paris"}
     handed_on = completion(checked, "gate", on_abstain="pass")["choices"][0]["message"]["tool_calls"][0]
-    assert handed_on["function"]["arguments"] == '{\n  "city": "Paris"\n}'
+    assert handed_on["function"]["arguments"] == '{"city": "Paris"}'
+    as_written = {"type": "function", "function": {"name": "get_weather", "arguments": '{\n  "city": "Paris"\n}'}}
+    assert gate.score(ask("What's the weather in Paris?"), [WEATHER], as_written).probability == pytest.approx(
+        checked.probability, abs=1e-5)
     scored = gate.score(ask("What's the weather in Paris?"), [WEATHER], handed_on)
     assert isinstance(scored, Decision) and scored.call == checked.call and scored.reason is None
     assert 0.01 < checked.probability < 0.99

@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import threading
+import urllib.request
 
 import pytest
 from agents import (Agent, AgentsException, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool,
@@ -245,6 +246,66 @@ def test_over_http_a_guard_gets_the_verdicts_it_gets_in_process(gate, served, ta
     for call_id, verdict in remote.verdicts.items():
         assert verdict.probability == pytest.approx(local.verdicts[call_id].probability, abs=1e-6)
         assert (verdict.execute, verdict.tau) == (local.verdicts[call_id].execute, tau)
+
+
+#: One right call in five layouts: json.dumps' (what LangChain re-serialises any call to), indented, keys in another
+#: order, no spaces, and escapes with odd whitespace. The gate renders every call canonically before scoring it.
+LAYOUTS = ['{"date": "2022-09-30", "days": 30}', '{\n    "date": "2022-09-30",\n    "days": 30\n}',
+           '{"days": 30, "date": "2022-09-30"}', '{"date":"2022-09-30","days":30}',
+           '{ "date" :\t"2022\\u002d09\\u002d30" ,\n"days": 3\\u0030 }'.replace("3\\u0030", "30")]
+
+
+@pytest.fixture(scope="module")
+def soft_gate(fitted, tiny_llm):  # noqa: F811 - the fixture imported above
+    """The module's gate with a softer estimator (the fixture's says 0 or 1): a probability the call's tokens move."""
+    from mice_exp.estimators import MiceLogisticRegression
+
+    gate = Gate.load(fitted[0], llm=tiny_llm)
+    gate.estimator = MiceLogisticRegression(C=20.0).fit(fitted[2].X, [1, 1, 0, 0, 1, 1])
+    return gate
+
+
+def test_one_call_in_any_layout_gets_one_probability_from_gate_http_and_both_hosts(soft_gate):
+    """Each surface hands the gate the call's text as it came (the Agents SDK the model's, LangChain its own
+    re-serialisation, HTTP and Gate.score the caller's); every one of them gives every layout one probability,
+    the one Gate.score gives the same messages and tools (the Agents SDK's tools carry titles and ``strict``,
+    which the gate's prompt shows, so it is compared with Gate.score on its own tools)."""
+    gate = soft_gate
+    served = open_server(gate, quiet=True)
+    threading.Thread(target=served.serve_forever, daemon=True).start()
+    assert len({json.dumps(json.loads(text), sort_keys=True) for text in LAYOUTS}) == 1 < len(set(LAYOUTS))
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+    tools = [convert_to_openai_tool(tool(f)) for f in task_tools([])]
+    found = []
+    for text in LAYOUTS:
+        call = {"id": "call_0", "type": "function", "function": {"name": "add_days", "arguments": text}}
+        body = json.dumps({"messages": messages, "tools": tools, "tool_calls": [call]}).encode()
+        request = urllib.request.Request(served.url + "/tool_calls/check", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            (over_http,) = json.loads(answer.read())["results"]
+        task = [("call", "add_days", text), ("answer", "Done.")]
+        sdk = Recording(gate, 0.0)
+        _, guard, _, _, _ = run_agents_sdk(sdk, "tool_input_guardrails", task=task)
+        lc = Recording(gate, 0.0)
+        result, _, _, _ = run_langchain(lc, task=task)
+        (in_langchain,) = [next(iter(m.response_metadata["mice_exp"].values())) for m in result["messages"]
+                           if m.type == "ai" and m.tool_calls]
+        (sdk_messages, sdk_tools, _), (lc_messages, lc_tools, _) = sdk.seen[0], lc.seen[0]
+        assert (sdk_messages, lc_messages, lc_tools) == (messages, messages, tools)
+        found.append({"Gate.score": gate.score(messages, tools, call).probability, "http": over_http["probability"],
+                      "LangChain": in_langchain["probability"],
+                      "Agents SDK": next(iter(guard.verdicts.values())).probability,
+                      "Gate.score, SDK tools": gate.score(messages, sdk_tools, call).probability})
+    served.shutdown()
+    served.server_close()
+    first = found[0]
+    for surface in ("http", "LangChain"):
+        assert first[surface] == pytest.approx(first["Gate.score"], abs=1e-6), surface
+    assert first["Agents SDK"] == pytest.approx(first["Gate.score, SDK tools"], abs=1e-6)
+    for text, probabilities in zip(LAYOUTS, found):
+        assert probabilities == pytest.approx(first, abs=1e-6), text
+    other = {"type": "function", "function": {"name": "add_days", "arguments": '{"date": "2022-09-30", "days": 31}'}}
+    assert abs(gate.score(messages, tools, other).probability - first["Gate.score"]) > 1e-3  # its tokens move it
 
 
 def test_the_hosts_package_imports_without_torch():

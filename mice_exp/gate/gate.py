@@ -13,10 +13,13 @@ minimum-Bayes-risk threshold of the saved risk setting (MICE Eq. 2).
 
 from __future__ import annotations
 
+import json
+
 import tempfile
 import threading
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -330,9 +333,28 @@ class Gate:
             prompts = self._request_prompts(examples, len(requests))
             self.timing = {"prepare_s": time.perf_counter() - start}  # this call's parts only, as score_batch's
             records, p = self._run(examples, prompts)
+            generated = {i: r["text"] for i, r in zip(sorted(prompts), records)}
+            records, p = self._canonical(examples, prompts, records, p)
             self.timing["total_s"] = time.perf_counter() - start
-        return [self._decision(record, float(prob), tau, examples[i].tool_names)
+        return [replace(self._decision(record, float(prob), tau, examples[i].tool_names), text=generated[i])
                 for i, record, prob in zip(sorted(prompts), records, p)]
+
+    def _canonical(self, examples: dict[int, Example], prompts: dict[int, Prompt], records: list[dict],
+                   p: np.ndarray) -> tuple[list[dict], np.ndarray]:
+        """The generated calls that parse, scored as :meth:`score` scores them: rendered canonically and
+        teacher-forced (a second pass where the model wrote another layout), so that the gate's probability of its
+        own call is the one a host that hands the call back gets, and the one its estimator was fitted on."""
+        fmt, order = self.builder().fmt, sorted(prompts)
+        replies = {i: fmt.canonical(r["pred_api"], r["pred_args"]) for i, r in zip(order, records)
+                   if isinstance(r["pred_args"], dict) and r["pred_api"]}
+        replies = {i: text for i, text in replies.items() if text != records[order.index(i)]["text"]}
+        if not replies:
+            return records, p
+        again, q = self._score({i: examples[i] for i in replies}, {i: prompts[i] for i in replies}, replies)
+        records, p = list(records), p.copy()
+        for i, record, prob in zip(sorted(replies), again, q):
+            records[order.index(i)], p[order.index(i)] = record, prob
+        return records, p
 
     def score(self, messages: Messages, tools: Sequence[dict[str, Any]], call: Mapping[str, Any], *,
               tau: float | None = None) -> Decision:
@@ -359,7 +381,7 @@ class Gate:
                 name, arguments = read_call(call)
             except InvalidRequest as error:
                 raise _numbered(error, i, len(requests)) from None
-            replies[i] = fmt.write(name, arguments)
+            replies[i] = canonical_reply(fmt, name, arguments, f"request #{i}: " if len(requests) > 1 else "")
             problems[i] = call_problem(name, arguments, check_tools(tools))
         with self._lock:
             prompts = self._request_prompts(examples, len(requests))
@@ -510,6 +532,23 @@ class Gate:
         return {"id": qid, "call": None, "text": None, "probability": None, "decision": None, "tau": self.tau,
                 "raw_confidence": None, "arguments": None, "arguments_error": None, "parse_error": None,
                 "error": message}
+
+
+def canonical_reply(fmt: Any, name: str, arguments: str, where: str = "") -> str:
+    """A proposed call as the gate scores it: in the canonical layout (:meth:`~mice_exp.llm.toolcall.CallFormat.
+    canonical`) whatever layout, key order or escaping its JSON came in, so one call gets one probability under
+    every host (the Agents SDK hands on the model's text, LangChain re-serialises it); arguments that are not a
+    JSON object are written as they came (such a call is never executed)."""
+    try:
+        parsed = json.loads(arguments)
+    except json.JSONDecodeError:
+        return fmt.write(name, arguments)
+    if not isinstance(parsed, dict):
+        return fmt.write(name, arguments)
+    try:
+        return fmt.canonical(name, parsed)
+    except ValueError as error:
+        raise InvalidRequest(f"{where}{error}", param="tool_calls") from None
 
 
 def _numbered(error: InvalidRequest, index: int, n_requests: int) -> InvalidRequest:

@@ -20,10 +20,12 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 
 from mice_exp.cache import read_intact, read_json, read_jsonl, stable_hash, write_json, write_jsonl
-from mice_exp.data.actors import Actor
+from mice_exp.devices import resolve_device
+from mice_exp.errors import UserError
+from mice_exp.llm.actors import Actor, actor_from_records, actor_names, actor_path, read_actor
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.publish import written_by
-from mice_exp.llm.records import Record
+from mice_exp.llm.records import Record, read_records_file, read_records_header, write_records_file
 from mice_exp.llm.stage import LLMStage, batch_records
 from mice_exp.llm.toolcall import call_format
 
@@ -38,8 +40,6 @@ log = logging.getLogger(__name__)
 def judge_folder(stage: LLMStage) -> tuple[Path, dict[str, Any]]:
     """Where ``stage``'s LLM keeps the calls it judged, and its key: everything that changes a judged row (the
     stage's own key: data set, prompt, LLM, retrieval, device) and the rendering."""
-    from mice_exp.devices import resolve_device
-
     key = stage.key(resolve_device(stage.llm.get("device", "cpu")).type) | {"render": RENDER,
                                                                          "judge_version": JUDGE_VERSION}
     return stage.paths.llm / f"{stage.llm['name']}-judges-{stable_hash(key)}", key
@@ -122,23 +122,39 @@ def _judge(stage: LLMStage, out: Path, examples: dict[str, Any], wanted: dict[st
     return done
 
 
-def resolve_actors(spec: str, folder: Path, root: Path, examples: dict[str, Any], dataset: str) -> list[Actor]:
-    """``actor=``'s value as actors: comma-separated names (files ``<folder>/NAME.json``; ``all``: every file in
-    ``folder``) and paths (an actor file, or an LLM's records file ``*.jsonl.gz``)."""
-    from mice_exp.data.actors import actor_from_records, actor_names, actor_path, read_actor
-    from mice_exp.llm.records import read_records_file, read_records_header
-
+def resolve_actors(stage: LLMStage, spec: str, folder: Path, root: Path) -> list[Actor]:
+    """``actor=``'s value as actors for ``stage``'s LLM to judge: comma-separated names (files
+    ``<folder>/NAME.json``; ``all``: every file in ``folder``) and paths (relative to ``root``: an actor file, or
+    an LLM's records file ``*.jsonl.gz`` written with the stage's data set and prompt settings)."""
+    every = {e.id: e for e in stage.dataset.load(stage.paths)}
     names = [n for s in spec.split(",") if s.strip() for n in (actor_names(folder) if s.strip() == "all" else [s.strip()])]
+    if not names:
+        raise UserError(f"actor={spec!r} names no actor; expected NAME[,NAME...] or all (the files of {folder})")
     actors = []
     for name in names:
         path = actor_path(name, folder, root)
-        if path.name.endswith(".jsonl.gz"):
-            header = read_records_header(path)
-            records = read_records_file(path, dataset).records
-            actors.append(actor_from_records(path, records, str(header.get("llm", path.name.split(".")[0]))))
-        else:
-            actors.append(read_actor(path, examples))
+        if not path.name.endswith(".jsonl.gz"):
+            actors.append(read_actor(path, every))
+            continue
+        header = read_records_header(path) if _gzipped(path) else {}
+        _refuse_judged(path, header)
+        settings = {k: v for k, v in stage.made_with().items() if k != "llm"}
+        records = read_records_file(path, stage.dataset.name, expect=settings).records
+        actors.append(actor_from_records(path, records, str(header.get("llm"))))
     return actors
+
+
+def _refuse_judged(path: Path, header: dict[str, Any]) -> None:
+    """A judged records file is no actor: its calls' fields are already another LLM's judgement."""
+    if header.get("judge") is not None:
+        raise UserError(f"actor={path} is already a judged records file ({header.get('actor')} judged by "
+                        f"{header['judge']}); expected an LLM's own records or an actor file")
+
+
+def _gzipped(path: Path) -> bool:
+    """Whether ``path`` starts as a gzip file does (a text file named ``.jsonl.gz`` is refused by the reader)."""
+    with open(path, "rb") as handle:
+        return handle.read(2) == b"\x1f\x8b"
 
 
 def judged_path(folder: Path, dataset: str, actor: str, judge: str) -> Path:
@@ -149,8 +165,6 @@ def judged_path(folder: Path, dataset: str, actor: str, judge: str) -> Path:
 def publish_judged(stage: LLMStage, actors: Sequence[Actor], folder: Path) -> list[Path]:
     """Every actor's judged records (:func:`judge_actors`, all actors' calls on a query scored after one prefill),
     one records file each in ``folder`` (:func:`judged_path`)."""
-    from mice_exp.llm.records import write_records_file
-
     paths = []
     for name, (header, records) in judge_actors(stage, actors).items():
         path = judged_path(folder, stage.dataset.name, name, stage.llm["name"])
