@@ -176,15 +176,18 @@ def test_a_teacher_asked_for_neither_lens_nor_states_keeps_none(tiny_llm):
     ('{"city": "Par', "the arguments of 'get_weather' are not valid JSON"),
     ('["Paris"]', "the arguments of 'get_weather' are list; expected a JSON object"),
 ])
-def test_arguments_that_do_not_match_the_schema_are_scored_but_never_executed(gate, arguments, reason):
+def test_arguments_that_do_not_match_the_schema_are_denied_with_no_probability(gate, arguments, reason, monkeypatch):
+    from mice_exp.llm import teacher
+
+    monkeypatch.setattr(teacher, "score_replies", lambda *a, **k: pytest.fail("a denied call is not scored"))
     decision = gate.score(ask("Weather in Paris?"), [WEATHER], {"name": "get_weather", "arguments": arguments}, tau=0.0)
     assert not decision.execute and decision.call is None and reason in decision.reason
-    assert 0.0 <= decision.probability <= 1.0 and decision.arguments == {}
+    assert decision.probability is None and decision.arguments == {}
 
 
 def test_a_tool_not_offered_is_answered_not_raised(gate):
     decision = gate.score(ask("Weather in Paris?"), [WEATHER], {"name": "send_email", "arguments": "{}"}, tau=0.0)
-    assert not decision.execute and decision.call is None
+    assert not decision.execute and decision.call is None and decision.probability is None
     assert decision.reason == "the call names 'send_email', which is not among the tools offered (get_weather)"
 
 

@@ -222,7 +222,7 @@ def test_a_call_that_does_not_fit_its_tools_schema_is_blocked_at_any_threshold(g
     result, _, ran, _, requests = run_agents_sdk(GateScorer(gate, 0.0), "tool_input_guardrails", task=MISFIT)
     assert ran == [] and result.final_output == MISFIT[1][1]
     (why,) = tool_turns(requests[-1])
-    assert why.startswith("The confidence gate refused the call to get_date (") and "'city'" in why
+    assert why.startswith("The confidence gate refused the call to get_date: ") and "'city'" in why
     result, ran, _, requests = run_langchain(GateScorer(gate, 0.0), task=MISFIT)
     assert ran == [] and tool_turns(requests[-1]) == [why]
 

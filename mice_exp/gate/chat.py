@@ -45,10 +45,9 @@ class InvalidRequest(UserError):
 
 @dataclass(frozen=True)
 class Call:
-    """A parsed tool call; ``text`` is its argument JSON exactly as the model wrote it (whitespace and key order
-    kept), since scoring a call teacher-forces those very tokens: handed back verbatim (OpenAI's ``arguments``),
-    the gate's own call scores as :meth:`~mice_exp.gate.Gate.check` scored it (the same JSON re-serialized can
-    score quite differently: SmolLM2's gate, ``add_date``: 0.573 indented as it wrote it, 0.249 compact)."""
+    """A parsed tool call; ``text`` is its argument JSON as the gate scored it: in the canonical layout
+    (:func:`~mice_exp.llm.toolcall.canonical_json`; indentation, key order and escapes change no score), handed
+    on as OpenAI's ``arguments``."""
 
     name: str
     arguments: dict[str, Any]
@@ -64,14 +63,15 @@ class Call:
 class Decision:
     """The gate's answer to one request.
 
-    ``probability`` is the gate's calibrated P(the call is correct); ``arguments`` says, for each top-level
+    ``probability`` is the gate's calibrated P(the call is correct), None for a proposed call denied before scoring
+    (one that cannot be executed as it stands: ``reason`` says why); ``arguments`` says, for each top-level
     argument, the product of its value tokens' probabilities (where the model was unsure, not whether the
     call is right); ``execute`` is ``call is not None and probability > tau``. ``call`` is None when the
     reply holds no parseable call (``parse_error`` says why; ``text`` is the reply as generated).
     """
 
     call: Call | None
-    probability: float
+    probability: float | None
     arguments: dict[str, float]
     execute: bool
     tau: float

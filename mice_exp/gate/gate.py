@@ -326,6 +326,8 @@ class Gate:
                     tau: float | None = None) -> list[Decision]:
         """:meth:`check` for many ``(messages, tools)`` pairs, generated in the LLM stage's batches; one bad
         request refuses the batch (its error names it). One batch runs at a time (a lock around the LLM)."""
+        if not requests:
+            return []
         start = time.perf_counter()
         tau = self.tau if tau is None else check_tau(tau)
         examples = self._chat_examples([(m, t) for m, t in requests])
@@ -386,10 +388,13 @@ class Gate:
         with self._lock:
             prompts = self._request_prompts(examples, len(requests))
             self.timing = {"prepare_s": time.perf_counter() - start}
-            records, p = self._score(examples, prompts, replies)
+            scored = [i for i in sorted(prompts) if problems[i] is None]
+            records, p = self._score({i: examples[i] for i in scored}, {i: prompts[i] for i in scored},
+                                     replies) if scored else ([], [])
             self.timing["total_s"] = time.perf_counter() - start
-        return [self._decision(record, float(prob), tau, examples[i].tool_names, problems[i])
-                for i, record, prob in zip(sorted(prompts), records, p)]
+        decided = {i: self._decision(record, float(prob), tau, examples[i].tool_names)
+                   for i, record, prob in zip(scored, records, p)}
+        return [decided.get(i) or denied(problems[i], replies[i], tau, len(prompts[i].ids)) for i in sorted(prompts)]
 
     def _chat_examples(self, requests: Sequence[tuple[Messages, Any]]) -> dict[int, Example]:
         """Each ``(messages, tools)`` request as the :class:`Example` the prompt builder takes."""
@@ -498,15 +503,13 @@ class Gate:
         keep = [row[examples[i].id] for i in sorted(prompts)]
         return [records[n] for n in keep], p[keep]
 
-    def _decision(self, record: Mapping[str, Any], p: float, tau: float, tools: Sequence[str],
-                  problem: str | None = None) -> Decision:
+    def _decision(self, record: Mapping[str, Any], p: float, tau: float, tools: Sequence[str]) -> Decision:
         """The decision on a record; a call to a tool the request did not offer (the prompt also shows the
-        demonstrations' tools) is no call: nothing the caller could run; nor is a proposed call with a
-        ``problem`` (:func:`~mice_exp.gate.chat.call_problem`)."""
+        demonstrations' tools) is no call: nothing the caller could run."""
         from mice_exp.features.arguments import answer_arguments  # loads sklearn
 
-        call, why = None, problem or record["parse_error"]
-        if problem is None and record["pred_args"] is not None:
+        call, why = None, record["parse_error"]
+        if record["pred_args"] is not None:
             if record["pred_api"] in tools:
                 span = self.builder().fmt.spans(record["text"]).args
                 call = Call(record["pred_api"], record["pred_args"],
@@ -532,6 +535,14 @@ class Gate:
         return {"id": qid, "call": None, "text": None, "probability": None, "decision": None, "tau": self.tau,
                 "raw_confidence": None, "arguments": None, "arguments_error": None, "parse_error": None,
                 "error": message}
+
+
+def denied(problem: str, reply: str, tau: float, prompt_tokens: int) -> Decision:
+    """A proposed call that cannot be executed as it stands (:func:`~mice_exp.gate.chat.call_problem`: a tool not
+    offered, arguments that are not JSON or that its schema does not admit): denied before scoring, so it carries
+    no probability of being right (a number there would be read as one)."""
+    return Decision(call=None, probability=None, arguments={}, execute=False, tau=tau, text=reply, parse_error=problem,
+                    prompt_tokens=prompt_tokens, completion_tokens=0)
 
 
 def canonical_reply(fmt: Any, name: str, arguments: str, where: str = "") -> str:

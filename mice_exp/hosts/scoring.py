@@ -34,7 +34,7 @@ class Verdict:
     call_id: str
     name: str
     execute: bool
-    probability: float
+    probability: float | None  # None: denied before scoring (``reason`` says why)
     tau: float
     arguments: dict[str, float] = field(default_factory=dict)
     reason: str | None = None
@@ -47,7 +47,8 @@ class Verdict:
     def explain(self) -> str:
         """The gate's view in one line, for a reviewer."""
         if self.reason:
-            return f"The confidence gate refused the call to {self.name} ({self.probability:.0%}): {self.reason}."
+            odds = "" if self.probability is None else f" ({self.probability:.0%})"
+            return f"The confidence gate refused the call to {self.name}{odds}: {self.reason}."
         doubt = f"; least certain argument: {self.least_certain}" if self.least_certain else ""
         return (f"The confidence gate gives this call to {self.name} a {self.probability:.0%} chance of being right "
                 f"(threshold {self.tau:.0%}){doubt}.")

@@ -149,10 +149,13 @@ def write_records_file(path: Path, header: Mapping[str, Any], records: Iterable[
     write_atomic(path, gzipped)
 
 
-def _selected(path: Path, records: list[dict[str, Any]], splits: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The records of the run's selection, in the file's order, each in the split the run assigns it."""
+def _selected(path: Path, records: list[dict[str, Any]], splits: Mapping[str, str],
+              partial: bool = False) -> list[dict[str, Any]]:
+    """The records of the run's selection, in the file's order, each in the split the run assigns it; ``partial``:
+    an actor's judged calls, which hold only the queries it answered with a call that parses (counted in the
+    header's ``actor_report``)."""
     kept = [r for r in records if r["id"] in splits]
-    if len(kept) < len(splits):
+    if len(kept) < len(splits) and not partial:
         raise UserError(f"llm.records={path} holds {len(kept)} of the {len(splits)} calls this run's dataset "
                         "selection picks; expected a records file written with this selection or a larger one "
                         "(dataset.apis / max_apis / max_per_api)")
@@ -254,7 +257,7 @@ def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[st
                             "which this run needs")
     _check_values(path, records)
     if splits is not None:
-        records = _selected(path, records, splits)
+        records = _selected(path, records, splits, partial="actor_report" in header)
     sources = {name: [r.get("sources", {}).get(name) for r in records] for name in header.get("sources", [])}
     info = {k: header[k] for k in ("n_layers", "hidden_size", "llm", "dataset", "actor", "render") if k in header}
     info |= summarise(records)

@@ -1,0 +1,171 @@
+"""Other agents' calls judged by a small LLM: per-actor, leave-one-actor-out and pooled tables, and the pooled gates.
+
+    python experiments/actors/tables.py [--judges smollm2_135m,gemma3_270m] [--out experiments/actors]
+        [--records experiments/records/actors] [overrides ...]
+
+Reads the judged records ``experiments/records/actors/ste-<actor>-judged-by-<judge>.jsonl.gz`` (``mice-exp records
+llm=<judge> actor=all``: each actor's parsed calls rendered canonically and teacher-forced through the judge; a
+reply that does not parse is not judged, as a host never hands a guard one). Every actor answered the same 750 STE
+queries, split as ``dataset=ste`` splits them (400 train / 150 validation / 200 test for every actor: no test
+query trains any row). Per judge, the BERTScore view of each actor's records (cached in ``.cache/features``), then:
+
+* **per actor** (holdout): raw confidence (the judge's probability of the actor's call), HRE, NWKR, MICE LR and
+  MICE RF fitted on that actor's training calls: the ceiling, what an agent's own labels buy;
+* **leave-one-actor-out**: MICE LR / RF fitted on every other actor's training calls (their own judge features
+  and labels), tested on the held-out actor's test calls: the deployment case, no label of the new agent used;
+* **pooled**: MICE LR / RF fitted on all actors' training calls (the held-out actor's included), tested on each
+  actor's test calls; its MICE RF saved as ``<out>/gate-<judge>/`` (``Gate.load`` reads it).
+
+Every row: smECE, Brier, AUROC, ETCU at tau = 0.1 / 0.5 / 0.9 and AUC-ETCU on the actor's test calls, ``*`` / ``†``
+where a row beats the actor's HRE / NWKR (paired permutation test, p < 0.05, the run's 1000 permutations, seed 0),
+and the gains over raw confidence with 95% paired bootstrap intervals (:func:`mice_exp.report.paper_terms.paper_terms`).
+Writes ``<out>/predictions.csv`` (every row's test predictions), ``<out>/rows.csv`` (every row's metrics),
+``<out>/gains.csv``, ``<out>/summary.csv`` and prints the markdown the README quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.base import clone
+
+from mice_exp.compose import compose_config
+from mice_exp.estimation import Candidate
+from mice_exp.gate import save_gate
+from mice_exp.llm.judge import judged_path
+from mice_exp.metrics import PAPER_RISKS, etcu
+from mice_exp.paths import PACKAGE_ROOT
+from mice_exp.pipeline import Pipeline
+from mice_exp.report.paper_terms import paper_terms
+
+ROOT = PACKAGE_ROOT
+RECORDS = ROOT / "experiments" / "records" / "actors"
+JUDGES = ("smollm2_135m", "gemma3_270m")
+MICE = ("mice_lr", "mice_rf")
+METRICS = ("smece", "brier", "auroc", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu")
+NAMES = {"raw": "Raw confidence", "hre": "HRE", "nwkr": "NWKR", "mice_lr": "MICE LR", "mice_rf": "MICE RF"}
+
+
+def pipeline_for(judge: str, actor: str, records: Path, overrides: list[str]) -> Pipeline:
+    """The judge's Table-1 pipeline on one actor's judged records: MICE RF with raw / HRE / NWKR / MICE LR beside."""
+    return Pipeline.from_config(compose_config([
+        f"llm={judge}", f"actor={actor}", f"llm.records={judged_path(records, 'ste', actor, judge)}",
+        "estimator=mice_rf", "compare_with=[raw,hre,nwkr,mice_lr]", "tracking.enabled=false", "n_jobs=1", *overrides]))
+
+
+def actors_of(judge: str, records: Path) -> list[str]:
+    """The actors the judge judged: STE's published agents (not the judges' own calls, also judged there)."""
+    return sorted(p.name.removeprefix("ste-").removesuffix(f"-judged-by-{judge}.jsonl.gz")
+                  for p in records.glob(f"ste-*-judged-by-{judge}.jsonl.gz")
+                  if not any(p.name.startswith(f"ste-{j}-") for j in JUDGES))
+
+
+def pick(study, key: str) -> Candidate:
+    """The study's estimator of ``key``: its own (MICE RF) or a reference row's."""
+    return next(c for c in (study.main, *study.references) if c.key == key)
+
+
+def long_rows(table: str, actor: str, judge: str, row: str, estimator: str, protocol: str, ids, p, y) -> pd.DataFrame:
+    return pd.DataFrame({"table": table, "dataset": "ste", "llm": f"{actor} <- {judge}", "actor": actor,
+                         "judge": judge, "row": row, "estimator": estimator, "protocol": protocol,
+                         "run_id": f"{table}-{judge}", "id": ids, "confidence": p, "label": y})
+
+
+def judge_tables(judge: str, out: Path, records: Path = RECORDS, overrides: list[str] = ()
+                 ) -> tuple[list[dict], list[pd.DataFrame]]:
+    """Every table row of one judge, and their test predictions in the long shape of the report."""
+    actors = actors_of(judge, records)
+    pipelines = {a: pipeline_for(judge, a, records, list(overrides)) for a in actors}
+    sets = {}
+    for a, pipe in pipelines.items():
+        print(f"{judge}: features of {a}", flush=True)
+        sets[a] = pipe.features(pipe.stage_output())
+    rows, preds = [], []
+    pooled = {key: clone(pick(pipelines[actors[0]].study, key).estimator) for key in MICE}
+    train_x = np.concatenate([fs.X[fs.rows("train")] for fs in sets.values()])
+    train_y = np.concatenate([fs.labels[fs.rows("train")] for fs in sets.values()])
+    for key in MICE:
+        pooled[key].fit(train_x, train_y)
+    for a in actors:
+        pipe, fs = pipelines[a], sets[a]
+        study, test = pipe.study, fs.rows("test")
+        ids, y = np.array(fs.ids)[test], fs.labels[test]
+        outcome = pipe.protocol.run(study, fs)  # per actor: raw, HRE, NWKR, MICE LR, MICE RF (marks on MICE RF)
+        refs = {r.key: r for r in outcome.rows}
+        scored = list(outcome.rows)
+        for key in MICE:  # MICE LR's marks too: score it as the main row once
+            if key != "mice_rf":
+                scored[scored.index(refs[key])] = study.score(
+                    [(c, refs[c.key].p, None) for c in study.references if c.key != key]
+                    + [(pick(study, key), refs[key].p, None)], y)[-1]
+        others = [b for b in actors if b != a]
+        x_other = np.concatenate([sets[b].X[sets[b].rows("train")] for b in others])
+        y_other = np.concatenate([sets[b].labels[sets[b].rows("train")] for b in others])
+        for protocol, fitted in (("leave-one-actor-out", None), ("pooled", pooled)):
+            for key in MICE:
+                model = fitted[key] if fitted else clone(pick(study, key).estimator).fit(x_other, y_other)
+                p = model.predict_proba(fs.X[test])[:, 1]
+                cand = Candidate(f"{key}_{protocol}", f"{NAMES[key]} ({protocol})", model)
+                scored.append(study.score([(c, refs[c.key].p, None) for c in study.references if c.key in ("hre", "nwkr")]
+                                          + [(cand, p, None)], y)[-1])
+        for r in scored:
+            protocol = "holdout" if r.key in NAMES else r.key.split("_", 2)[-1]
+            base = r.key if r.key in NAMES else "_".join(r.key.split("_")[:2])
+            rows.append({"actor": a, "judge": judge, "row": r.name, "estimator": r.key, "protocol": protocol,
+                         "n_test": len(y), "accuracy": float(np.mean(y)),
+                         **{m: r.metrics[m] for m in METRICS}, "marks": "".join(sorted(set("".join(r.marks.values())))),
+                         **{f"mark_{m}": r.marks.get(m, "") for m in METRICS if m in r.marks},
+                         **{f"always_execute_{k}": etcu(np.ones(len(y)), y, risk) for k, risk in PAPER_RISKS.items()}})
+            preds.append(long_rows("actors", a, judge, r.name, r.key, "holdout" if base == r.key else protocol,
+                                   ids, r.p, y))
+    pipe = pipelines[actors[0]]
+    folder = out / f"gate-{judge}"
+    save_gate(folder, pipe, pooled["mice_rf"], sets[actors[0]].view, pipe.demo_pool(),
+              llm_stage={k: sets[actors[0]].stage.info[k] for k in ("n_layers", "hidden_size")},
+              provenance={"fitted_on": "the training calls of every actor in experiments/actors", "actors": actors,
+                          "train_rows": int(len(train_y)), "render": "canonical"})
+    return rows, preds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--judges", default=",".join(JUDGES))
+    parser.add_argument("--out", default=str(ROOT / "experiments" / "actors"))
+    parser.add_argument("--records", default=str(RECORDS), help="the folder of the judged records")
+    parser.add_argument("overrides", nargs="*", help="config overrides for every run (a check: dataset.max_apis=6)")
+    args = parser.parse_args()
+    records = Path(args.records)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, preds = [], []
+    for judge in args.judges.split(","):
+        if not actors_of(judge, records):
+            print(f"{judge}: no judged records in {records}; run mice-exp records llm={judge} actor=all first")
+            continue
+        r, p = judge_tables(judge, out, records, args.overrides)
+        rows += r
+        preds += p
+    table = pd.DataFrame(rows)
+    long = pd.concat(preds, ignore_index=True)
+    long.to_csv(out / "predictions.csv", index=False)
+    table.to_csv(out / "rows.csv", index=False)
+    gains = paper_terms(long, references=("raw",))
+    gains.to_csv(out / "gains.csv", index=False)
+    print(markdown(table))
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The README's tables: one block per (judge, actor), and the one-line-per-actor summary."""
+    lines = ["| actor | judge | acc. | row | smECE | Brier | AUROC | Low | Medium | High | AUC-ETCU |", "|---" * 11 + "|"]
+    for t in table.itertuples():
+        lines.append(f"| {t.actor} | {t.judge} | {t.accuracy:.2f} | {t.row} | {t.smece:.3f} | {t.brier:.3f} | "
+                     f"{t.auroc:.3f} | {t.etcu_low:.3f} | {t.etcu_medium:.3f} | {t.etcu_high:.3f} | "
+                     f"{t.auc_etcu:.3f} {t.marks if isinstance(t.marks, str) else ''} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
