@@ -143,3 +143,51 @@ def test_bertscores_are_the_same_bits_whatever_the_process_s_hash_seed():
                               env=os.environ | {"PYTHONHASHSEED": seed, "OMP_NUM_THREADS": "1"}).stdout.split()[-1]
                for seed in ("1", "2")}
     assert len(digests) == 1
+
+
+#: The substrings bert-score tests in the path it is handed (``"t5" in model_type``, ``startswith("scibert")``,
+#: ``"uncased" in``), and the names of the families it knows (``model2layers``).
+PATH_WORDS = ("t5", "scibert", "uncased", "gpt2", "xlnet", "xlm", "roberta", "bart", "deberta")
+
+
+def test_no_folder_name_chooses_the_bertscore_encoder(tmp_path):
+    """The encoder under folders named after each of bert-score's substrings scores the suite's calls bit for bit as
+    the packaged one (its class comes from its config); under ``t5/`` bert-score loaded a random T5 encoder."""
+    import gzip
+    import json
+
+    from mice_exp.features.bertscore import bertscore_matrix
+    from mice_exp.packages import default_model_path
+
+    with gzip.open(PACKAGE_ROOT / "experiments" / "records" / "ste-smollm2_135m.jsonl.gz", "rt") as handle:
+        calls = [r for r in map(json.loads, handle) if "layer_strings" in r][:4]
+    plain = bertscore_matrix(calls, {"num_layers": 6, "batch_size": 64})
+    for word in PATH_WORDS:
+        folder = tmp_path / word / f"{word}-encoder"
+        folder.parent.mkdir()
+        folder.symlink_to(default_model_path(), target_is_directory=True)
+        scores = bertscore_matrix(calls, {"model": str(folder), "num_layers": 6, "batch_size": 64})
+        assert scores.tobytes() == plain.tobytes(), word
+
+
+def test_an_encoder_with_a_missing_weight_is_refused_in_one_line(tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from mice_exp.data.retrieval import SentenceEncoder
+    from mice_exp.features.bertscore import bertscore_matrix
+    from mice_exp.packages import default_model_path
+
+    source = default_model_path()
+    shutil.copytree(source, tmp_path / "enc")
+    weights = load_file(str(tmp_path / "enc" / "model.safetensors"))
+    del weights[next(k for k in weights if "encoder.layer.0.attention.self.query.weight" in k)]
+    save_file(weights, str(tmp_path / "enc" / "model.safetensors"))
+    for load in (lambda: bertscore_matrix([{"layer_strings": ["a"], "text": "a"}],
+                                          {"model": str(tmp_path / "enc"), "num_layers": 6}),
+                 lambda: SentenceEncoder(tmp_path / "enc")):
+        with pytest.raises(UserError, match=r"loaded with weights 1 missing \(e.g. '.*encoder.layer.0.attention.self"
+                                            r".query.weight'\); expected a checkpoint holding every weight") as info:
+            load()
+        assert "\n" not in str(info.value)

@@ -18,6 +18,7 @@ from transformers import AutoModel, AutoTokenizer
 from mice_exp.data.records import Example, demo_declines
 from mice_exp.devices import resolve_device
 from mice_exp.errors import UserError
+from mice_exp.loading import load_checked
 from mice_exp.packages import default_model_path
 
 # all-MiniLM-L6-v2's sentence_bert_config.json: longer inputs are truncated.
@@ -34,7 +35,8 @@ class SentenceEncoder:
             raise UserError(f"sentence encoder path {source!r} is not a folder; expected a model folder or a hub id")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(source)
-            self.model = AutoModel.from_pretrained(source).to(resolve_device(device, "retrieval.device")).eval()
+            self.model = load_checked(AutoModel, source, "retrieval.model").to(
+                resolve_device(device, "retrieval.device")).eval()
         except OSError as error:
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise UserError(

@@ -14,6 +14,7 @@ from mice_exp.cache import read_intact, read_npz, stable_hash, write_npz
 from mice_exp.devices import resolve_device
 from mice_exp.errors import UserError
 from mice_exp.llm.records import StageOutput
+from mice_exp.loading import load_checked
 from mice_exp.packages import default_model_path
 
 
@@ -49,12 +50,34 @@ def _ties_by_text(items: Any, key: Any = None, reverse: bool = False) -> list:
     return sorted(sorted(items), key=key, reverse=reverse)
 
 
+def _load_encoder(model_type: str, num_layers: int, all_layers: bool = False) -> Any:
+    """bert-score's ``get_model`` without its path test: the class comes from the folder's config (bert-score
+    loads a ``T5EncoderModel`` wherever "t5" is in the path, e.g. a checkout under ``~/t5/``), every weight is
+    checked (:func:`~mice_exp.loading.load_checked`), and the encoder is cut to its first ``num_layers`` layers,
+    as bert-score cuts a BERT-family encoder."""
+    import torch
+    from transformers import AutoModel
+
+    model = load_checked(AutoModel, model_type, "features.encoder.model").eval()
+    layers = getattr(getattr(model, "encoder", None), "layer", None)
+    if layers is None:
+        raise UserError(f"features.encoder.model={model_type!r} is a {type(model).__name__}; expected a BERT-family "
+                        "encoder (its layers in encoder.layer), as the MICE features use")
+    if not all_layers:
+        if not 0 <= num_layers <= len(layers):
+            raise UserError(f"features.encoder.num_layers={num_layers}; expected 0..{len(layers)} for {model_type}")
+        model.encoder.layer = torch.nn.ModuleList(layers[:num_layers])
+    return model
+
+
 @functools.lru_cache(maxsize=4)
 def _scorer(model: str, num_layers: int, batch_size: int, device: str) -> Any:
+    import bert_score.scorer
     import bert_score.utils
     from bert_score import BERTScorer
 
     bert_score.utils.sorted = _ties_by_text  # the module's own name lookup finds it before the builtin
+    bert_score.scorer.get_model = _load_encoder  # the scorer's own name for it: no path decides the class
     scorer = BERTScorer(model_type=model, num_layers=num_layers, batch_size=batch_size,
                         device=str(resolve_device(device, "features.encoder.device")))
     scorer._tokenizer = _SpecialTokens(scorer._tokenizer)

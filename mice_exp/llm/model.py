@@ -16,6 +16,7 @@ from mice_exp.errors import UserError
 from mice_exp.llm.assets import converted_dir
 from mice_exp.llm.memory import keep_freed_memory
 from mice_exp.llm.precision import resolve_dtype
+from mice_exp.loading import load_checked
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -271,7 +272,7 @@ def load_hf(cfg: Mapping[str, Any], models_cache: Path) -> LLM:
     else:
         folder = model_folder(cfg, models_cache)
         try:
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+            model = load_checked(AutoModelForCausalLM, folder, "llm.source", allow=(), dtype=dtype)
         except OSError as error:
             raise UserError(f"llm.source.path={str(folder)!r} could not be loaded ({error.__class__.__name__}); "
                             "expected a local model folder or a hub id whose weights are present") from None
