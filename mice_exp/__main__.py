@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from mice_exp import errors
 from mice_exp.commands import COMMANDS, USAGE, check_command
 from mice_exp.compose import HELP_FLAGS
-from mice_exp.errors import JobFailure, UserError, fail
+from mice_exp.errors import JobFailure, Terminated, UserError, fail
 from mice_exp.paths import project_root
 
 CONFIG_DIR = str(project_root() / "conf")
@@ -64,6 +64,11 @@ def main() -> None:
                                 "ran, and a re-run skips those that finished")
     except UserError as error:
         fail(error)
+    except Terminated as error:  # the run is marked (KILLED or FAILED) and every finished batch is on disk
+        print(f"mice-exp: stopped by {error} (MLflow run marked {error.status}); every finished LLM-stage batch, "
+              f"feature cache and MLflow run is kept, and the same command resumes: mice-exp {shlex.join(argv)}",
+              file=sys.stderr)
+        sys.exit(143)
     except KeyboardInterrupt:  # caches are written batch by batch, atomically: what finished is on disk
         print("mice-exp: interrupted; every finished LLM-stage batch, feature cache and MLflow run is kept, and "
               f"the same command resumes from them: mice-exp {shlex.join(argv)}", file=sys.stderr)

@@ -118,6 +118,10 @@ def records(argv: Sequence[str]) -> None:
     actors = [a.split("=", 1)[1] for a in argv if a.startswith("actor=")]
     pipeline = Pipeline.from_config(compose_config([a for a in argv if not a.startswith(("output=", "actor="))]))
     stage = pipeline.stage
+    if actors and stage.records_path is not None:
+        raise UserError(f"actor={actors[-1]} with llm.records={stage.llm['records']}: judging teacher-forces the "
+                        f"actor's calls through llm={stage.llm['name']} itself, so llm.records would be ignored; "
+                        "expected no llm.records (an LLM's records to judge go in actor=FILE)")
     if actors:  # the actors' calls judged by the configured LLM, each rendered canonically
         from mice_exp.llm.judge import publish_judged, resolve_actors  # loads numpy
 

@@ -17,6 +17,19 @@ class UserError(Exception):
     """
 
 
+class Terminated(BaseException):
+    """SIGTERM reached a job inside :func:`mice_exp.tracking.run.tracked_run`; raised by its handler so the run ends
+    at once, its MLflow run marked with ``status``. The entrypoint prints it as one line (exit status 143).
+
+    A BaseException, like KeyboardInterrupt, so no ``except Exception`` on the way swallows it.
+    ``status`` is KILLED (scancel, kill) or FAILED (Slurm's time limit: it sends SIGTERM then too).
+    """
+
+    def __init__(self, status: str, why: str):
+        super().__init__(why)
+        self.status = status
+
+
 def expect(condition: bool, message: str) -> None:
     """Raise :class:`UserError` with ``message`` unless ``condition`` holds."""
     if not condition:

@@ -109,6 +109,11 @@ class Probe:
         shutil.copytree(self.shared.cache, copy, symlinks=True)
         return copy
 
+    def text_file(self) -> Path:
+        path = self.tmp / "notes.txt"
+        path.write_text("some notes, not an actor's calls\n")
+        return path
+
     def kept(self) -> Path:
         """A file an output must not replace."""
         path = self.tmp / "kept.jsonl.gz"
@@ -170,6 +175,18 @@ def interrupted_names_the_command(p: Probe, out: str, err: str) -> None:
     assert f"the same command resumes from them: mice-exp {shlex.join(interrupted(p))}" in err
 
 
+def stopped_run_is_marked(p: Probe, out: str, err: str) -> None:
+    """SIGTERM in a tracked run: one line naming the signal and the command, the MLflow run marked KILLED."""
+    assert "(MLflow run marked KILLED)" in err and f"resumes: mice-exp {shlex.join(sigterm(p))}" in err
+    with closing(sqlite3.connect(p.store)) as db:
+        assert db.execute("SELECT status FROM runs").fetchall() == [("KILLED",)]
+
+
+def sigterm(p: Probe) -> list[str]:
+    return ["llm=tiny_random", DATA, *SMALL[:3], "permutations=0", f"tracking.uri=sqlite:///{p.store}",
+            f"paths.cache={cache_sharing_models(p.tmp / 'stage-cache')}"]
+
+
 def interrupted(p: Probe) -> list[str]:
     return ["llm=tiny_random", DATA, *SMALL, f"paths.cache={cache_sharing_models(p.tmp / 'stage-cache')}", "stage=llm"]
 
@@ -183,7 +200,8 @@ class Case:
     says: str  # in the last line of stderr; for a run that ends well, anywhere in its output
     code: int = 2
     check: Callable[[Probe, str, str], None] | None = None  # what else must hold (nothing computed lost)
-    interrupt_on: str | None = None  # Ctrl-C as soon as the output shows this
+    interrupt_on: str | None = None  # Ctrl-C (or ``signal``) as soon as the output shows this
+    signal: int = signal.SIGINT
     slow: bool = False
     no_slurm: bool = False  # run where no Slurm client is in PATH (CI's runner has one)
 
@@ -269,6 +287,15 @@ CASES = [
          "expected sources.use=[p_true]"),
     Case("Ctrl-C in the LLM stage", interrupted, "mice-exp: interrupted; every finished LLM-stage batch",
          code=130, interrupt_on="computing the LLM stage", check=interrupted_names_the_command, slow=True),
+    Case("SIGTERM in a tracked run's LLM stage", sigterm,
+         "mice-exp: stopped by SIGTERM: the job was stopped", code=143, interrupt_on="computing the LLM stage",
+         signal=signal.SIGTERM, check=stopped_run_is_marked, slow=True),
+    Case("records judging an actor with llm.records",
+         lambda p: ["records", *p.fresh(), DATA, f"llm.records={p.shared.records}", "actor=mistral"],
+         "actor=mistral with llm.records="),
+    Case("records judging an actor file that is text",
+         lambda p: ["records", *p.fresh(), DATA, f"actor={p.text_file()}"],
+         "not readable as JSON"),
     # found since: a user error in a pool launcher's worker process ended in exit 0
     # found by issue 42's probe: silently wrong, a traceback, or a refusal that left an empty MLflow run
     Case("llm.records with llm.shards / llm.shard",
@@ -354,7 +381,7 @@ def run_probe(p: Probe, case: Case) -> tuple[int, str, str]:
     for line in proc.stdout:  # Hydra logs to stdout; the few lines of stderr meanwhile never fill their pipe
         said.append(line)
         if case.interrupt_on in line:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(case.signal)
     return proc.wait(timeout=300), "".join(said), proc.stderr.read()
 
 

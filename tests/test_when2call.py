@@ -28,6 +28,16 @@ def when2call(tmp_path: Path, *overrides: str):
     return dataset, dataset.select(Paths(root=PACKAGE_ROOT, cache=tmp_path))
 
 
+def test_an_item_given_twice_is_kept_once_and_counted(tmp_path, caplog):
+    lines = TINY.read_text().splitlines()
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("\n".join([*lines, lines[0]]) + "\n")
+    with caplog.at_level(logging.WARNING):
+        dataset, selection = when2call(tmp_path, f"dataset.path={twice}")
+    assert len(selection.examples) == 9 and dataset.skipped["a repeat of an earlier item"] == 1
+    assert "1 a repeat of an earlier item" in caplog.text
+
+
 def test_items_load_with_their_class_and_a_broken_one_is_counted(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         dataset, selection = when2call(tmp_path)

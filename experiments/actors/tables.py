@@ -36,6 +36,7 @@ from mice_exp.compose import compose_config
 from mice_exp.estimation import Candidate
 from mice_exp.gate import save_gate
 from mice_exp.llm.judge import judged_path
+from mice_exp.llm.records import read_records_file
 from mice_exp.metrics import PAPER_RISKS, etcu
 from mice_exp.paths import PACKAGE_ROOT
 from mice_exp.pipeline import Pipeline
@@ -130,6 +131,34 @@ def judge_tables(judge: str, out: Path, records: Path = RECORDS, overrides: list
     return rows, preds
 
 
+def own_calls(judge: str, records: Path, overrides: list[str]) -> list[dict]:
+    """What canonical rendering does to a judge's own Table 1: its published records (each call scored as the judge
+    wrote it) against the same calls rendered canonically and teacher-forced, on the calls that parse (the only ones
+    rendered), the same split; raw, HRE, NWKR, MICE LR and MICE RF, fitted and scored the same way."""
+    from dataclasses import replace
+
+    canonical = judged_path(records, "ste", judge, judge)
+    if not canonical.is_file():
+        return []
+    rows, keep = [], set(read_records_file(canonical, "ste").ids)
+    for layout, path, actor in (("as written (published)", ROOT / "experiments" / "records" / f"ste-{judge}.jsonl.gz",
+                                 None), ("canonical", canonical, judge)):
+        pipe = Pipeline.from_config(compose_config([
+            f"llm={judge}", f"llm.records={path}", "estimator=mice_rf", "compare_with=[raw,hre,nwkr,mice_lr]",
+            "tracking.enabled=false", "n_jobs=1", *([f"actor={actor}"] if actor else []), *overrides]))
+        output = pipe.stage_output()
+        kept = [r for r in output.records if r["id"] in keep]
+        if len(kept) < len(output.records):
+            output = replace(output, records=kept, key=f"{output.key}-parsed-{len(kept)}")
+        fs = pipe.features(output)
+        for r in pipe.protocol.run(pipe.study, fs).rows:
+            y = fs.labels[fs.rows("test")]
+            rows.append({"judge": judge, "layout": layout, "row": r.name, "n_test": len(y),
+                         "accuracy": float(np.mean(y)), **{m: r.metrics[m] for m in METRICS},
+                         "marks": "".join(sorted(set("".join(r.marks.values()))))})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--judges", default=",".join(JUDGES))
@@ -140,8 +169,9 @@ def main() -> None:
     records = Path(args.records)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, preds = [], []
+    rows, preds, own = [], [], []
     for judge in args.judges.split(","):
+        own += own_calls(judge, records, args.overrides)
         if not actors_of(judge, records):
             print(f"{judge}: no judged records in {records}; run mice-exp records llm={judge} actor=all first")
             continue
@@ -154,7 +184,43 @@ def main() -> None:
     table.to_csv(out / "rows.csv", index=False)
     gains = paper_terms(long, references=("raw",))
     gains.to_csv(out / "gains.csv", index=False)
+    pd.DataFrame(own).to_csv(out / "own_calls.csv", index=False)
+    summary = summarise(table, gains)
+    summary.to_csv(out / "summary.csv", index=False)
     print(markdown(table))
+    print(md(summary))
+    if own:
+        print(md(pd.DataFrame(own)))
+
+
+def md(frame: pd.DataFrame) -> str:
+    """A frame as a markdown table, floats to three decimals."""
+    cells = [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row] for row in frame.itertuples(index=False)]
+    return "\n".join(["| " + " | ".join(map(str, frame.columns)) + " |", "|---" * len(frame.columns) + "|",
+                      *("| " + " | ".join(row) + " |" for row in cells)])
+
+
+def summarise(table: pd.DataFrame, gains: pd.DataFrame) -> pd.DataFrame:
+    """One line per (actor, judge): accuracy, the best row by AUC-ETCU, its gain over raw confidence (with the
+    bootstrap interval) and over always executing at each risk, and the leave-one-actor-out MICE RF beside it."""
+    out = []
+    for (actor, judge), block in table.groupby(["actor", "judge"], sort=True):
+        best = block.loc[block["auc_etcu"].idxmax()]
+        raw = block[block["estimator"] == "raw"].iloc[0]
+        loao = block[block["estimator"] == "mice_rf_leave-one-actor-out"].iloc[0]
+        gain = gains[(gains["llm"] == f"{actor} <- {judge}") & (gains["estimator"] == best["estimator"])]
+        entry = {"actor": actor, "judge": judge, "n_test": int(best["n_test"]), "accuracy": best["accuracy"],
+                 "best row": best["row"], "AUC-ETCU": best["auc_etcu"],
+                 "gain vs raw": best["auc_etcu"] - raw["auc_etcu"]}
+        if len(gain):
+            entry["95% interval"] = (f"[{gain['gain_auc_etcu_vs_raw_lo'].iloc[0]:+.3f}, "
+                                     f"{gain['gain_auc_etcu_vs_raw_hi'].iloc[0]:+.3f}]")
+        for risk in ("low", "medium", "high"):
+            entry[f"vs always, {risk}"] = best[f"etcu_{risk}"] - best[f"always_execute_{risk}"]
+        entry["LOAO MICE RF AUC-ETCU"] = loao["auc_etcu"]
+        entry["LOAO gain vs raw"] = loao["auc_etcu"] - raw["auc_etcu"]
+        out.append(entry)
+    return pd.DataFrame(out)
 
 
 def markdown(table: pd.DataFrame) -> str:

@@ -105,7 +105,7 @@ class When2Call(When2CallLabels, Dataset):
 
 def load_when2call(path: Path, labels: When2CallLabels) -> tuple[list[Example], Counter[str]]:
     """The items of ``path`` in file order, and how many were skipped for each reason (an item whose tools or
-    ``tool_call`` answer does not parse, or whose target tool is not offered). A file that is not JSON lines is
+    ``tool_call`` answer does not parse, whose target tool is not offered, or that repeats an earlier one). A file that is not JSON lines is
     one line naming it."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -114,6 +114,7 @@ def load_when2call(path: Path, labels: When2CallLabels) -> tuple[list[Example], 
                         "when2call_test_llm_judge.jsonl (dataset.path=FILE)") from None
     examples: list[Example] = []
     skipped: Counter[str] = Counter()
+    seen: set[str] = set()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -121,6 +122,11 @@ def load_when2call(path: Path, labels: When2CallLabels) -> tuple[list[Example], 
             item = json.loads(line)
         except json.JSONDecodeError as error:
             raise UserError(f"{path}:{number}: not valid JSON ({error.msg}); expected one When2Call item per line") from None
+        same = json.dumps(item, sort_keys=True)
+        if same in seen:  # one item twice would count twice in every table, under two ids
+            skipped["a repeat of an earlier item"] += 1
+            continue
+        seen.add(same)
         try:
             example = _example(item, len(examples) + sum(skipped.values()), labels)
         except (KeyError, TypeError, ValueError) as error:  # json.JSONDecodeError is a ValueError

@@ -27,7 +27,7 @@ from mice_exp.cache import file_sha256, read_jsonl, write_json, write_jsonl
 from mice_exp.data.records import Example
 from mice_exp.discover import class_path, type_path
 from mice_exp.errors import UserError
-from mice_exp.llm.prompt import load_template
+from mice_exp.llm.prompt import load_template, template_problem
 
 if TYPE_CHECKING:  # annotations only
     from mice_exp.metrics import Risk
@@ -166,6 +166,7 @@ def save_gate(
         name = f"{role}.txt"
         (folder / TEMPLATE_DIR / name).write_text(load_template(stage.prompt[role]), encoding="utf-8")
         templates[role] = f"{TEMPLATE_DIR}/{name}"
+    sums = {role: file_sha256(folder / rel) for role, rel in templates.items()}
     spec = {
         "format": GATE_FORMAT,
         "mice_exp_version": __version__,
@@ -174,6 +175,7 @@ def save_gate(
         "llm_stage": dict(llm_stage or {}),
         "prompt": dict(stage.prompt),
         "templates": templates,
+        "templates_sha256": sums,
         "retrieval": dict(stage.retrieval),
         "features": dict(pipeline.feature_settings),
         "columns": columns,
@@ -191,6 +193,21 @@ def save_gate(
     }
     write_json(folder / SPEC_FILE, spec)
     return folder
+
+
+def check_templates(folder: Path, spec: Mapping[str, Any]) -> None:
+    """The gate's saved templates are the ones it was saved with (their sha256, in gates saved since it was kept)
+    and fill: an edited template would otherwise answer with a prompt the estimator never saw, or fail at the
+    first request."""
+    for role, rel in spec["templates"].items():
+        path = folder / rel
+        wanted = (spec.get("templates_sha256") or {}).get(role)
+        if wanted is not None and file_sha256(path) != wanted:
+            raise UserError(f"{path} is not the {role} template this gate was saved with (its sha256 differs from "
+                            f"{SPEC_FILE}'s); expected the folder exactly as save_gate wrote it")
+        problem = template_problem(path.read_text(encoding="utf-8"), spec["prompt"].get("tools", "text"))
+        if role == "template" and problem:
+            raise UserError(f"{path}: {problem}; expected the gate's template as saved")
 
 
 def read_spec(folder: Path) -> dict[str, Any]:
@@ -249,7 +266,10 @@ def load_skops(path: Path, expected_class: str, classes: Mapping[str, type], wha
     refused = sorted(set(found) - trusted_types())
     if refused:
         raise UserError(f"{path} contains types a gate does not trust: {', '.join(refused)}; refusing to load it")
-    loaded = sio.loads(data, trusted=sorted(found))
+    try:
+        loaded = sio.loads(data, trusted=sorted(found))
+    except ValueError as error:  # e.g. an object array, which a gate never holds and numpy will not unpickle
+        raise UserError(f"{path} is not a gate's skops file ({str(error)[:80]}); refusing to load it") from None
     if class_path(loaded) != expected_class:
         raise UserError(f"{path} holds a {class_path(loaded)}; {SPEC_FILE} says {expected_class}")
     return loaded

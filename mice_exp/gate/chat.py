@@ -277,7 +277,10 @@ def read_call(call: Any, where: str = "call") -> tuple[str, str]:
     if not isinstance(call, dict):
         raise InvalidRequest(f"{where} is {json.dumps(call)[:60]}; expected a tool call "
                              '{"type": "function", "function": {"name": ..., "arguments": "{...}"}}', param=where)
-    if "function" in call or call.get("type") == "function":
+    if call.get("type", "function") != "function":
+        raise InvalidRequest(f"{where}.type is {json.dumps(call.get('type'))[:40]}; the gate judges function calls "
+                             '(expected "type": "function")', param=f"{where}.type", code="invalid_value")
+    if "function" in call or "type" in call:
         if not isinstance(call.get("function"), dict):
             raise InvalidRequest(f"{where} has no 'function' object; expected {{\"type\": \"function\", "
                                  f"\"function\": {{\"name\": ..., \"arguments\": \"{{...}}\"}}}}",
@@ -308,6 +311,8 @@ def call_problem(name: str, arguments: str, tools: Sequence[dict[str, Any]]) -> 
         args = json.loads(arguments)
     except json.JSONDecodeError as error:
         return f"the arguments of {name!r} are not valid JSON ({error.msg}); expected a JSON object"
+    except RecursionError:
+        return f"the arguments of {name!r} nest too deeply to read; expected a JSON object of arguments"
     if not isinstance(args, dict):
         return f"the arguments of {name!r} are {type(args).__name__}; expected a JSON object"
     parameters = schema.get("parameters") or {"type": "object"}

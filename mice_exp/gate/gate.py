@@ -29,8 +29,8 @@ from tqdm.auto import tqdm
 from mice_exp import __version__
 from mice_exp.errors import UserError
 from mice_exp.gate.artifact import (ENCODER_IDENTITY, ESTIMATOR_FILE, FEATURE_IDENTITY, LLM_IDENTITY, POOL_FILE,
-                                    VIEW_FILE, check_estimator, load_estimator, load_pool, load_view, read_spec,
-                                    risk_entry)
+                                    VIEW_FILE, check_estimator, check_templates, load_estimator, load_pool, load_view,
+                                    read_spec, risk_entry)
 from mice_exp.gate.chat import (Call, Decision, InvalidRequest, Messages, call_problem, chat_example, check_tau,
                                 check_tools, read_call)
 from mice_exp.gate.queries import parse_query, query_id
@@ -119,6 +119,7 @@ class Gate:
             self.view = view.on_device(device)
         if batch_size:
             self.llm_cfg["batch_size"] = int(batch_size)
+        check_templates(self.folder, spec)
         templates = {role: str(self.folder / rel) for role, rel in spec["templates"].items()}
         self.prompt_cfg = dict(spec["prompt"]) | templates  # the saved copies, not today's shipped files
         self.models = models  # where converted model weights are cached (default: <project>/.cache/models)
@@ -383,8 +384,9 @@ class Gate:
                 name, arguments = read_call(call)
             except InvalidRequest as error:
                 raise _numbered(error, i, len(requests)) from None
-            replies[i] = canonical_reply(fmt, name, arguments, f"request #{i}: " if len(requests) > 1 else "")
             problems[i] = call_problem(name, arguments, check_tools(tools))
+            replies[i] = (fmt.write(name, arguments) if problems[i] else
+                          canonical_reply(fmt, name, arguments, f"request #{i}: " if len(requests) > 1 else ""))
         with self._lock:
             prompts = self._request_prompts(examples, len(requests))
             self.timing = {"prepare_s": time.perf_counter() - start}
@@ -548,14 +550,8 @@ def denied(problem: str, reply: str, tau: float, prompt_tokens: int) -> Decision
 def canonical_reply(fmt: Any, name: str, arguments: str, where: str = "") -> str:
     """A proposed call as the gate scores it: in the canonical layout (:meth:`~mice_exp.llm.toolcall.CallFormat.
     canonical`) whatever layout, key order or escaping its JSON came in, so one call gets one probability under
-    every host (the Agents SDK hands on the model's text, LangChain re-serialises it); arguments that are not a
-    JSON object are written as they came (such a call is never executed)."""
-    try:
-        parsed = json.loads(arguments)
-    except json.JSONDecodeError:
-        return fmt.write(name, arguments)
-    if not isinstance(parsed, dict):
-        return fmt.write(name, arguments)
+    every host (the Agents SDK hands on the model's text, LangChain re-serialises it)."""
+    parsed = json.loads(arguments)  # an object: a call with a problem (call_problem) is not scored
     try:
         return fmt.canonical(name, parsed)
     except ValueError as error:

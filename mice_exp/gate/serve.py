@@ -226,6 +226,10 @@ class ToolRisk:
     def tau(self, tool: Mapping[str, Any], default: float) -> tuple[float, str]:
         """The tool's tau and where it came from (``destructiveHint``, ``readOnlyHint``, ``config``, ``gate``)."""
         annotations = tool.get("annotations") or tool["function"].get("annotations") or {}
+        if not isinstance(annotations, Mapping):
+            raise InvalidRequest(f"the annotations of tool {tool['function']['name']!r} are "
+                                 f"{json.dumps(annotations)[:40]}; expected MCP's object of hints "
+                                 '({"readOnlyHint": true, "destructiveHint": false, ...})', param="tools")
         if annotations.get("destructiveHint") is True:
             return self.high, "destructiveHint"
         if annotations.get("readOnlyHint") is True:

@@ -103,7 +103,7 @@ class HttpScorer:
                                          headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                answer = json.load(response)
+                answer = _results(self.url, response.read(), len(calls))
         except urllib.error.HTTPError as error:
             message = json.loads(error.read() or b"{}").get("error", {}).get("message", error.reason)
             raise UserError(f"the gate at {self.url} refused the calls (HTTP {error.code}): {message}") from None
@@ -116,7 +116,23 @@ class HttpScorer:
         return [Verdict(call_id=call["id"], name=call["function"]["name"], execute=result["decision"] == "allow",
                         probability=result["probability"], tau=result["tau"], arguments=result.get("arguments") or {},
                         reason=result.get("reason"))
-                for call, result in zip(calls, answer["results"])]
+                for call, result in zip(calls, answer)]
+
+
+def _results(url: str, body: bytes, n_calls: int) -> list[dict[str, Any]]:
+    """The verdicts of ``/v1/tool_calls/check``'s answer, or one line saying that whatever answered is not the gate."""
+    try:
+        answer = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        answer = None
+    results = answer.get("results") if isinstance(answer, dict) else None
+    keys = ("decision", "probability", "tau")
+    if not isinstance(results, list) or len(results) != n_calls or not all(
+            isinstance(r, dict) and all(k in r for k in keys) for r in results):
+        raise UserError(f"{url} answered {body[:60]!r}, not the verdicts of mice-exp serve's /v1/tool_calls/check "
+                        f"(a JSON object whose 'results' hold {n_calls} {{decision, probability, tau}}); expected the "
+                        "URL of mice-exp serve")
+    return results
 
 
 def scorer(gate: Any, tau: float | None = None) -> Scorer:

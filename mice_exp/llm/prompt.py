@@ -28,6 +28,8 @@ answer, and tool results as the format shows a call's result (STE's ``Observatio
 
 from __future__ import annotations
 
+import string
+
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -82,6 +84,22 @@ def load_template(name: str) -> str:
             return handle.read()
     except OSError:
         raise UserError(f"prompt template {name!r} not found; expected a file in mice_exp/llm/templates or a path") from None
+
+
+#: The fields an instruction template may name: STE's text form of the tools, or their JSON schemas.
+TEMPLATE_FIELDS = {"text": {"api_descriptions", "api_names"}, "schemas": {"tools", "call_example"}}
+
+
+def template_problem(text: str, tools: str) -> str | None:
+    """Why an instruction template cannot be filled under ``prompt.tools=tools`` (a field it does not know, a
+    brace that does not close), or None: checked when a gate loads, not at its first request."""
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError as error:
+        return f"it does not parse as a format string ({error})"
+    unknown = sorted(fields - TEMPLATE_FIELDS[tools])
+    return (f"it names {{{unknown[0]}}}, which prompt.tools={tools} does not fill (it fills "
+            f"{', '.join('{' + f + '}' for f in sorted(TEMPLATE_FIELDS[tools]))})") if unknown else None
 
 
 def system_prompt(cfg: Mapping[str, Any]) -> str:

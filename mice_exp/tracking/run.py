@@ -39,7 +39,7 @@ from mice_exp.tracking.params import (
     sanitize_key,
     truncate,
 )
-from mice_exp.errors import UserError
+from mice_exp.errors import Terminated, UserError
 from mice_exp.tracking.schema import SWEEP_TAG
 from mice_exp.tracking.store import (
     TrackingUnavailable,
@@ -243,18 +243,6 @@ def _base_tags(root: Path) -> dict[str, str]:
     except Exception:  # noqa: BLE001 - no user name in some containers
         pass
     return tags
-
-
-class Terminated(BaseException):
-    """SIGTERM reached a job inside :func:`tracked_run`; raised by its handler so the run ends at once.
-
-    A BaseException, like KeyboardInterrupt, so no ``except Exception`` on the way swallows it.
-    ``status`` is KILLED (scancel, kill) or FAILED (Slurm's time limit: it sends SIGTERM then too).
-    """
-
-    def __init__(self, status: str, why: str):
-        super().__init__(why)
-        self.status = status
 
 
 def slurm_end_reason(job_id: str | None = None, timeout_s: float = 5.0) -> str | None:
