@@ -110,7 +110,7 @@ def test_bfcl_arguments_are_labelled_by_its_per_parameter_rules() -> None:
     assert scores.metrics["argument.n"] == 4 and scores.metrics["argument.accuracy"] == 0.5
     assert scores.metrics["argument.auroc"] == 1.0 and scores.metrics["argument.localization"] == 1.0
     assert scores.metrics["argument.lens_auroc"] == 1.0  # the wrong ones have 1 and 0 of 4 layers agreeing
-    assert set(scores.notes) == {"api_name.auroc", "api_name.lens_auroc"}  # both names right: nothing to rank
+    assert set(scores.notes) == {f"api_name.{c}auroc" for c in ("", "lens_", "min_token_", "mean_token_")}  # both right
 
 
 def test_records_without_lens_ids_give_nan_lens_scores_with_the_reason() -> None:

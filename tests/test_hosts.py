@@ -415,6 +415,46 @@ def test_smollm2_through_mice_exp_serve_guards_both_hosts_end_to_end(smollm2_ser
     assert doubt["probability"] < sure.probability
 
 
+POOLED = PACKAGE_ROOT / "experiments" / "actors" / "gate-smollm2_135m"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+@pytest.mark.skipif(not POOLED.is_dir(), reason="the pooled gate is made by experiments/actors/tables.py")
+def test_the_pooled_gate_gives_a_right_call_one_probability_in_both_layouts_under_both_hosts(capsys):
+    """Issue 57's host trial: the SmolLM2 gate fitted on 19 agents' calls (experiments/actors), in-process, under
+    the Agents SDK (``Runner.run``, the model's own argument text) and LangChain (``create_agent``, which
+    re-serialises it); the model proposes the right ``add_date`` call indented and compact, and a wrong one
+    (``days`` 9). Prints the figures docs/hosts.md quotes."""
+    gate = Gate.load(POOLED)
+    gate.warm()
+    right = {"date": "2022-10-14", "days": 90}
+    calls = {"right, indented": json.dumps(right, indent=4), "right, compact": json.dumps(right),
+             "wrong (days 9)": json.dumps({"date": "2022-10-14", "days": 9})}
+    found = {}
+    for name, text in calls.items():
+        task = [("call", "add_date", text), ("answer", "Done.")]
+        ran: list = []
+        guard = GateGuard(GateScorer(gate, 0.0))
+        with ScriptedModel(task) as model:
+            agent = Agent(name="assistant", tools=[function_tool(add_date, tool_input_guardrails=[guard.guardrail])],
+                          model=OpenAIChatCompletionsModel("scripted", AsyncOpenAI(base_url=model.url, api_key="-")))
+            Runner.run_sync(agent, DATE_QUESTION, hooks=guard.hooks)
+        with ScriptedModel(task) as model:
+            lc = create_agent(ChatOpenAI(model="scripted", base_url=model.url, api_key="-"), [tool(add_date)],
+                              middleware=[GateMiddleware(GateScorer(gate, 0.0))])
+            messages = lc.invoke({"messages": [{"role": "user", "content": DATE_QUESTION}]})["messages"]
+        (verdict,) = [next(iter(m.response_metadata["mice_exp"].values())) for m in messages
+                      if m.type == "ai" and m.tool_calls]
+        found[name] = (next(iter(guard.verdicts.values())).probability, verdict["probability"])
+    with capsys.disabled():
+        for name, (sdk, langchain) in found.items():
+            print(f"pooled SmolLM2 gate, {name}: Agents SDK p = {sdk:.4f}, LangChain p = {langchain:.4f}")
+    for host in (0, 1):
+        assert found["right, indented"][host] == pytest.approx(found["right, compact"][host], abs=1e-6)
+        assert found["wrong (days 9)"][host] < found["right, compact"][host]
+
+
 def held_by_serve(call_id: str) -> bool:
     """``mice-exp serve`` (``on_abstain=pass``) returns a held call with an id ``call_pass_p<p x 10^4>_<hex>``."""
     return call_id.startswith("call_pass_")

@@ -75,16 +75,30 @@ def long_rows(table: str, actor: str, judge: str, row: str, estimator: str, prot
                          "run_id": f"{table}-{judge}", "id": ids, "confidence": p, "label": y})
 
 
+def localisation(pipe: Pipeline, actor: str, judge: str, fs) -> list[dict]:
+    """On the actor's wrong test calls to the right API: how often the argument each rule is least sure of (the one
+    a gate asks the user about) is a wrong one, beside an argument picked at random."""
+    from mice_exp.features.arguments import CONFIDENCES
+    from mice_exp.tracking.schema import ARGUMENT, span_key
+
+    m = pipe.argument_scores(fs.stage.records).metrics
+    return [{"actor": actor, "judge": judge, "rule": rule, "localization": m[span_key(ARGUMENT, "localization", rule)],
+             "random argument": m[span_key(ARGUMENT, "localization_chance")],
+             "argument AUROC": m[span_key(ARGUMENT, "auroc", rule)], "arguments": m[span_key(ARGUMENT, "n")]}
+            for rule in CONFIDENCES]
+
+
 def judge_tables(judge: str, out: Path, records: Path = RECORDS, overrides: list[str] = ()
-                 ) -> tuple[list[dict], list[pd.DataFrame]]:
-    """Every table row of one judge, and their test predictions in the long shape of the report."""
+                 ) -> tuple[list[dict], list[pd.DataFrame], list[dict]]:
+    """Every table row of one judge, their test predictions in the long shape of the report, and each actor's
+    argument localisation."""
     actors = actors_of(judge, records)
     pipelines = {a: pipeline_for(judge, a, records, list(overrides)) for a in actors}
     sets = {}
     for a, pipe in pipelines.items():
         print(f"{judge}: features of {a}", flush=True)
         sets[a] = pipe.features(pipe.stage_output())
-    rows, preds = [], []
+    rows, preds, places = [], [], []
     pooled = {key: clone(pick(pipelines[actors[0]].study, key).estimator) for key in MICE}
     train_x = np.concatenate([fs.X[fs.rows("train")] for fs in sets.values()])
     train_y = np.concatenate([fs.labels[fs.rows("train")] for fs in sets.values()])
@@ -94,6 +108,7 @@ def judge_tables(judge: str, out: Path, records: Path = RECORDS, overrides: list
         pipe, fs = pipelines[a], sets[a]
         study, test = pipe.study, fs.rows("test")
         ids, y = np.array(fs.ids)[test], fs.labels[test]
+        places += localisation(pipe, a, judge, fs)
         outcome = pipe.protocol.run(study, fs)  # per actor: raw, HRE, NWKR, MICE LR, MICE RF (marks on MICE RF)
         refs = {r.key: r for r in outcome.rows}
         scored = list(outcome.rows)
@@ -128,7 +143,7 @@ def judge_tables(judge: str, out: Path, records: Path = RECORDS, overrides: list
               llm_stage={k: sets[actors[0]].stage.info[k] for k in ("n_layers", "hidden_size")},
               provenance={"fitted_on": "the training calls of every actor in experiments/actors", "actors": actors,
                           "train_rows": int(len(train_y)), "render": "canonical"})
-    return rows, preds
+    return rows, preds, places
 
 
 def own_calls(judge: str, records: Path, overrides: list[str]) -> list[dict]:
@@ -169,15 +184,16 @@ def main() -> None:
     records = Path(args.records)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, preds, own = [], [], []
+    rows, preds, own, places = [], [], [], []
     for judge in args.judges.split(","):
         own += own_calls(judge, records, args.overrides)
         if not actors_of(judge, records):
             print(f"{judge}: no judged records in {records}; run mice-exp records llm={judge} actor=all first")
             continue
-        r, p = judge_tables(judge, out, records, args.overrides)
+        r, p, where = judge_tables(judge, out, records, args.overrides)
         rows += r
         preds += p
+        places += where
     table = pd.DataFrame(rows)
     long = pd.concat(preds, ignore_index=True)
     long.to_csv(out / "predictions.csv", index=False)
@@ -185,12 +201,15 @@ def main() -> None:
     gains = paper_terms(long, references=("raw",))
     gains.to_csv(out / "gains.csv", index=False)
     pd.DataFrame(own).to_csv(out / "own_calls.csv", index=False)
+    located = pd.DataFrame(places)
+    located.to_csv(out / "localization.csv", index=False)
     summary = summarise(table, gains)
     summary.to_csv(out / "summary.csv", index=False)
     print(markdown(table))
     print(md(summary))
     if own:
         print(md(pd.DataFrame(own)))
+    print(md(located.groupby(["judge", "rule"], as_index=False)[["localization", "random argument"]].mean()))
 
 
 def md(frame: pd.DataFrame) -> str:

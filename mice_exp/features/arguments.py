@@ -1,10 +1,11 @@
 """Per-argument confidence: which part of a generated call the LLM was unsure of.
 
 A call's raw confidence multiplies the probabilities of all its content tokens, so it says *that*
-a call may be wrong, not *where*. Here each top-level argument, and the API name, gets two
+a call may be wrong, not *where*. Here each top-level argument, and the API name, gets four
 confidences from the tokens that overlap its span in the generated text:
 
 * ``product``: the product of those tokens' probabilities (the raw confidence of that span);
+* ``min_token`` / ``mean_token``: the least likely token's probability, the tokens' geometric mean;
 * ``lens``: the logit-lens layers' agreement on the span, the share of (layer, token) pairs
   whose lens already predicts the generated token (MICE's idea that a span the early layers
   already settle on is a safer one), from the records' ``lens_ids`` [L-1, T]. Records files
@@ -30,7 +31,7 @@ from mice_exp.data.labels import argument_labels, gold_api
 from mice_exp.data.records import Example
 from mice_exp.llm.toolcall import REACT, CallFormat, Span, member_spans
 from mice_exp.metrics import auroc, smece
-from mice_exp.tracking.schema import API_NAME, ARGUMENT, LENS, PRODUCT, span_key
+from mice_exp.tracking.schema import API_NAME, ARGUMENT, LENS, MEAN_TOKEN, MIN_TOKEN, PRODUCT, span_key
 
 
 def argument_spans(text: str, fmt: CallFormat = REACT) -> dict[str, Span]:
@@ -65,8 +66,22 @@ def lens_agreement(record: Mapping[str, Any], span: Span) -> float:
     return float(np.mean(lens == np.asarray(record["token_ids"])[tokens]))
 
 
+def least_token(record: Mapping[str, Any], span: Span) -> float:
+    """The probability of the least likely token overlapping ``span`` (1.0 for none)."""
+    probs = np.asarray(record["token_probs"], dtype=float)[_tokens(record, span)]
+    return float(probs.min()) if len(probs) else 1.0
+
+
+def mean_token(record: Mapping[str, Any], span: Span) -> float:
+    """The geometric mean of the probabilities of the tokens overlapping ``span`` (1.0 for none): the product
+    without its length, so a long right value is not less certain than a short wrong one for its length alone."""
+    probs = np.asarray(record["token_probs"], dtype=float)[_tokens(record, span)]
+    return float(np.exp(np.mean(np.log(np.maximum(probs, 1e-300))))) if len(probs) else 1.0
+
+
 #: The confidences of a span, by their name in the metric keys (:data:`mice_exp.tracking.schema.SPAN_CONFIDENCES`).
-CONFIDENCES: dict[str, Callable[[Mapping[str, Any], Span], float]] = {PRODUCT: token_product, LENS: lens_agreement}
+CONFIDENCES: dict[str, Callable[[Mapping[str, Any], Span], float]] = {
+    PRODUCT: token_product, LENS: lens_agreement, MIN_TOKEN: least_token, MEAN_TOKEN: mean_token}
 
 
 def argument_confidences(record: Mapping[str, Any], confidence: str = PRODUCT,

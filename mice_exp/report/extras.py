@@ -245,7 +245,8 @@ def miscalibration_field(runs: Sequence[Any]) -> Section | None:
 
 
 SPANS = {ARGUMENT: "argument values", API_NAME: "API name"}
-CONFIDENCE_NAMES = {"product": "token-probability product", "lens": "logit-lens agreement"}
+CONFIDENCE_NAMES = {"product": "token-probability product", "lens": "logit-lens agreement",
+                    "min_token": "least likely token", "mean_token": "tokens' geometric mean"}
 
 
 def argument_confidence(runs: Sequence[Any]) -> Section | None:

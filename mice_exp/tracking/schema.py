@@ -73,12 +73,15 @@ def _per_estimator(prefix: str, name: str) -> tuple[str, str] | None:
 
 
 #: Per-span confidence (:mod:`mice_exp.features.arguments`): a call's top-level argument values and its API name,
-#: each scored by the token-probability product and by the logit-lens layers' agreement on the span.
+#: each scored by the token-probability product, the logit-lens layers' agreement on the span, the least likely
+#: token's probability and the tokens' geometric mean (the product without its length).
 ARGUMENT = "argument"
 API_NAME = "api_name"
 PRODUCT = "product"
 LENS = "lens"
-SPAN_CONFIDENCES = (PRODUCT, LENS)
+MIN_TOKEN = "min_token"
+MEAN_TOKEN = "mean_token"
+SPAN_CONFIDENCES = (PRODUCT, LENS, MIN_TOKEN, MEAN_TOKEN)
 
 
 def span_key(span: str, statistic: str, confidence: str = PRODUCT) -> str:
