@@ -33,7 +33,7 @@ import torch
 
 from mice_exp.compose import compose_config
 from mice_exp.llm.actors import actor_path, read_actor
-from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.prompt import PromptBuilder, prompt_budget
 from mice_exp.llm.stage import batch_records
 from mice_exp.llm.teacher import score_replies, score_shared
 from mice_exp.pipeline import Pipeline
@@ -74,7 +74,7 @@ def main() -> None:
         llm, tok = teacher.llm, teacher.tokenizer
         builder = PromptBuilder.from_config(stage.prompt, tok)
         demos = stage.demos(Path(scratch))
-        budget = int(stage.llm["context_window"]) - int(stage.llm["max_new_tokens"])
+        budget = prompt_budget(stage.llm)
         queries = sorted(examples)
         prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget) for i in queries}
         calls = {i: [] for i in queries}  # per query, each actor's canonical call in ORDER

@@ -37,7 +37,7 @@ from mice_exp.gate.queries import parse_query, query_id
 from mice_exp.gate.registry import fetch, is_mlflow_uri, model_name
 from mice_exp.llm.backends import backend_of, check_backend
 from mice_exp.llm.precision import resolve_dtype
-from mice_exp.llm.prompt import PromptBuilder, PromptTooLong
+from mice_exp.llm.prompt import PromptBuilder, PromptTooLong, prompt_budget
 from mice_exp.llm.records import StageOutput
 from mice_exp.llm.stage import batch_records, batches, run_batch
 from mice_exp.paths import project_root
@@ -437,7 +437,7 @@ class Gate:
                             mix=self.prompt_cfg.get("demo_mix", "similar")) if k
                  else {e.id: [] for e in examples.values()})  # zero-shot
         by_id = {e.id: e for e in self.pool}
-        budget = int(self.llm_cfg["context_window"]) - int(self.llm_cfg["max_new_tokens"])
+        budget = prompt_budget(self.llm_cfg)
         for i, example in examples.items():
             try:
                 prompts[i] = builder.build(example, [by_id[d] for d in demos[example.id]], budget)

@@ -23,7 +23,7 @@ from mice_exp.cache import read_intact, read_json, read_jsonl, stable_hash, writ
 from mice_exp.devices import resolve_device
 from mice_exp.errors import UserError
 from mice_exp.llm.actors import Actor, actor_from_records, actor_names, actor_path, read_actor
-from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.prompt import PromptBuilder, prompt_budget
 from mice_exp.llm.publish import written_by
 from mice_exp.llm.records import Record, read_records_file, read_records_header, write_records_file
 from mice_exp.llm.stage import LLMStage, batch_records
@@ -95,7 +95,7 @@ def _judge(stage: LLMStage, out: Path, examples: dict[str, Any], wanted: dict[st
         write_json(out / "shapes.json", {"n_layers": teacher.n_layers, "hidden_size": teacher.hidden_size})
         builder = PromptBuilder.from_config(stage.prompt, teacher.tokenizer)
         demos = stage.demos(out)
-        budget = int(stage.llm["context_window"]) - int(stage.llm["max_new_tokens"])
+        budget = prompt_budget(stage.llm)
         splits = stage.selection.splits
         pending = sum(len(wanted[i]) - sum(t in done[i] for t in wanted[i]) for i in todo)
         log.info("%s judges %d calls on %d queries into %s", stage.llm["name"], pending, len(todo), out)

@@ -74,6 +74,12 @@ class Prompt:
     dropped: int
 
 
+def prompt_budget(llm: Mapping[str, Any]) -> int:
+    """The tokens a prompt may take: the LLM's context window less the reply's budget (``conf/llm``'s
+    ``context_window`` and ``max_new_tokens``), for the stage, the replay, the judge and the gate alike."""
+    return int(llm["context_window"]) - int(llm["max_new_tokens"])
+
+
 def load_template(name: str) -> str:
     """A template shipped in ``mice_exp/llm/templates`` (by file name) or a path to one."""
     shipped = resources.files("mice_exp.llm").joinpath("templates", name)

@@ -33,7 +33,7 @@ from mice_exp.errors import UserError
 from mice_exp.llm.backends import Backend, backend_of
 from mice_exp.llm.headroom import Headroom
 from mice_exp.llm.precision import resolve_dtype
-from mice_exp.llm.prompt import Prompt, PromptBuilder
+from mice_exp.llm.prompt import Prompt, PromptBuilder, prompt_budget
 from mice_exp.llm.records import (PROMPT_DEFAULTS, Record, StageOutput, made_of, read_records_file, read_stage,
                                   shard_name, shards, summarise)
 from mice_exp.llm.shards import ShardPlan, run_workers
@@ -285,7 +285,7 @@ class LLMStage:
                         "dataset.no_call_note, e.g. dataset=bfcl_relevance)")
         demos = self.demos(out)
         llm = self.backend.generator()
-        budget = int(self.llm["context_window"]) - int(self.llm["max_new_tokens"])
+        budget = prompt_budget(self.llm)
         builder = PromptBuilder.from_config(self.prompt, llm.tokenizer)
         prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget)
                    for i in tqdm(sorted(examples), desc="prompts", leave=False)}

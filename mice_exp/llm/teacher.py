@@ -145,30 +145,55 @@ def score_shared(llm: LLM, prompt: Sequence[int], replies: Sequence[Sequence[int
             kept.append(layers[b, :n] if layers is not None else None)
             scores = torch.log_softmax(out.logits[b, :len(reply)].float(), dim=-1)
             logp.append(scores.gather(1, torch.tensor(reply, dtype=torch.long, device=scores.device)[:, None])[:, 0])
-    return as_generations(llm, ids, kept, logp, lens=lens, states=states)
+    return as_generations(llm, ids, kept, logp, lens=lens, states=states, one_prompt=True)
 
 
 def as_generations(llm: LLM, ids: Sequence[list[int]], layers: Sequence[torch.Tensor | None],
-                   logp: Sequence[torch.Tensor], *, lens: bool = True, states: bool = True) -> list[Generation]:
+                   logp: Sequence[torch.Tensor], *, lens: bool = True, states: bool = True,
+                   one_prompt: bool = False) -> list[Generation]:
     """Teacher-forced replies as the :class:`~mice_exp.llm.capture.Generation` generating them would have captured,
     from every layer's states at the positions predicting each token ([max(T,1), L, d]) and each token's
     log-probability ([T]): the logit lens of layers 1..L-1 through ``llm``'s final norm and unembedding. Without
-    ``lens`` or ``states`` the generations hold no lens tokens ([0, T]) or no states ([max(T,1), 0, 0])."""
+    ``lens`` or ``states`` the generations hold no lens tokens ([0, T]) or no states ([max(T,1), 0, 0]).
+    ``one_prompt``: every reply follows the same prompt, so positions after the same reply tokens hold the same
+    states, and the lens, a vocabulary-wide GEMM per layer (most of a short reply's cost on a 262k-word Gemma),
+    reads each such position once (K calls to one API share their ``Action: NAME`` and first keys)."""
     tokenizer, n_lens = llm.tokenizer, llm.n_layers - 1
-    read = (lens_argmax(llm, torch.cat([s[:len(r), :n_lens].reshape(-1, s.shape[-1]) for s, r in zip(layers, ids)]))
-            if lens else None)
+    read = _lens_tokens(llm, ids, layers, n_lens, one_prompt) if lens else None
     out, cursor = [], 0
     for reply, state, lp in zip(ids, layers, logp):
         offsets, text = token_spans(tokenizer, reply)
         block = no_lens(len(reply))
         if read is not None:
-            rows = read[cursor:cursor + len(reply) * n_lens]
-            block = rows.reshape(len(reply), n_lens).T.cpu().numpy().astype(np.int32)
-            cursor += len(reply) * n_lens
+            block = read[cursor:cursor + len(reply)].T.cpu().numpy().astype(np.int32)
+            cursor += len(reply)
         out.append(Generation(token_ids=reply, token_probs=lp.exp().cpu().numpy().astype(np.float64), text=text,
                               offsets=offsets, lens_ids=block,
                               states=state.cpu().numpy() if states and state is not None else no_states(len(reply))))
     return out
+
+
+def _lens_tokens(llm: LLM, ids: Sequence[list[int]], layers: Sequence[torch.Tensor], n_lens: int,
+                 one_prompt: bool) -> torch.Tensor:
+    """[sum T, L-1]: the lens token of layers 1..L-1 at each reply position, in reply order; with ``one_prompt``
+    each distinct reply prefix computed once."""
+    if not one_prompt:
+        rows = torch.cat([s[:len(r), :n_lens] for s, r in zip(layers, ids)])
+        return lens_argmax(llm, rows.reshape(-1, rows.shape[-1])).reshape(len(rows), n_lens)
+    first: dict[tuple[int, ...], int] = {}
+    kept, where = [], []
+    for state, reply in zip(layers, ids):
+        for t in range(len(reply)):
+            key = tuple(reply[:t])  # the position predicting token t has read the prompt and reply[:t]
+            if key not in first:
+                first[key] = len(kept)
+                kept.append(state[t, :n_lens])
+            where.append(first[key])
+    if not kept:
+        return torch.zeros((0, n_lens), dtype=torch.long)
+    rows = torch.stack(kept)
+    unique = lens_argmax(llm, rows.reshape(-1, rows.shape[-1])).reshape(len(kept), n_lens)
+    return unique[torch.tensor(where, dtype=torch.long, device=unique.device)]
 
 
 class Teacher:
