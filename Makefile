@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml requirements.lock requirements-assets.txt | $(PY)
 	$(PY) -m pip install -q --no-deps -r requirements-assets.txt
 	touch $(STAMP)
 
-# The default experiment on the first 3 STE APIs (45 calls): about 4 minutes on a quiet 2-core
-# AVX2 CPU (README, The LLM stage); `make run RUN_ARGS=` runs all 750.
+# The default experiment on the first 3 STE APIs (45 calls): about 3.4 minutes on a quiet 2-core
+# AVX2 CPU, nearly all of it the LLM stage (docs/llm_stage.md, `make run`); `make run RUN_ARGS=` runs all 750.
 RUN_ARGS ?= dataset.max_apis=3
 run: $(STAMP)
 	$(PY) -m mice_exp $(RUN_ARGS) $(ARGS)

@@ -9,7 +9,7 @@ import hydra
 from omegaconf import DictConfig
 
 from mice_exp import errors
-from mice_exp.commands import COMMANDS, USAGE, check_command
+from mice_exp.commands import COMMANDS, check_command, usage
 from mice_exp.compose import HELP_FLAGS
 from mice_exp.errors import JobFailure, Terminated, UserError, fail
 from mice_exp.paths import project_root
@@ -49,7 +49,7 @@ def main() -> None:
     argv = sys.argv[1:]
     try:
         if argv and argv[0] in HELP_FLAGS:
-            print(USAGE)
+            print(usage())
         elif argv and argv[0] in COMMANDS:
             COMMANDS[argv[0]](argv[1:])
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -22,9 +23,17 @@ USAGE = """usage: mice-exp [-m] [key=value ...]         run the configured exper
        mice-exp mcq [template=plain|chat] [...] each candidate answer's log-likelihood (dataset=when2call)
        mice-exp ui [key=value ...]              the MLflow runs table (link printed, local store served)
 
-Each subcommand takes -h / --help. Config groups and their options (llm=, dataset=, features=,
-estimator=, risk=, protocol=, ...): `mice-exp --hydra-help`; the resolved config: `mice-exp --cfg job`."""
-INSPECT_USAGE = "usage: mice-exp inspect EXAMPLE_ID_OR_INDEX [hydra overrides]"
+Each subcommand takes -h / --help. The config groups and their options are below; a run's resolved
+config: `mice-exp --cfg job [key=value ...]`; Hydra's own flags (--cfg, --info, --multirun, ...):
+`mice-exp --hydra-help`."""
+INSPECT_USAGE = """usage: mice-exp inspect EXAMPLE_ID_OR_INDEX [hydra overrides]
+prints, for one call of the configured LLM stage (MICE Figure 2), the string every layer's logit lens decodes
+and the final output last, with the call's label and raw confidence. EXAMPLE is a call id (ste/<api>/<n>) or an
+index into the run's calls sorted by id; the stage is computed or read from its cache, or from llm.records=FILE
+(then no LLM runs: seconds). An id outside the selection is one line naming one that is in it.
+examples:
+  mice-exp inspect "ste/BART%%Advisory information/3" dataset.max_apis=3   # the stage make run cached
+  mice-exp inspect "ste/add_date/3" llm.records=experiments/records/ste-smollm2_135m.jsonl.gz"""
 UI_USAGE = ("usage: mice-exp ui [hydra overrides, e.g. tracking.uri=...]\n"
             "prints the link to the runs table (Table-1 metrics as columns) and serves the local store on "
             "127.0.0.1:5000")
@@ -44,6 +53,43 @@ MCQ_USAGE = ("usage: mice-exp mcq [template=plain|chat] [output=FILE] [hydra ove
              "LLM as lm-eval-harness does (summed token log-likelihoods; template=plain: When2Call's task as it is,\n"
              "chat: with the LLM's chat template) and writes them, by default to\n"
              "experiments/<dataset>/mcq-<llm>-<template>.json; an interrupted run resumes from its cache")
+
+
+def usage() -> str:
+    """``mice-exp --help``: the commands, then every config group of ``conf/`` with its options (Hydra's own help
+    lists only its ``hydra/*`` groups, as the app's groups sit behind this entrypoint's own ``--help``)."""
+    return f"{USAGE}\n\n{config_groups()}"
+
+
+def config_groups(conf: Path | None = None, width: int = 110) -> str:
+    """Each group of ``conf`` (default: the project's) with its options, read from the folders so that a new file is
+    listed without a word here; the default marked ``*``, groups outside the defaults list with Hydra's ``+``."""
+    from omegaconf import OmegaConf
+
+    conf = conf or project_root() / "conf"
+    listed = OmegaConf.to_container(OmegaConf.load(conf / "config.yaml")).get("defaults", [])
+    defaults = {group: option for entry in listed if isinstance(entry, dict)
+                for group, option in entry.items() if "@" not in group}  # not estimator@baselines.*
+    groups: dict[str, list[str]] = {}
+    for folder in sorted(p for p in conf.rglob("*") if p.is_dir() and any(p.glob("*.yaml"))):
+        group = folder.relative_to(conf).as_posix()
+        groups[group if group in defaults or group.startswith("hydra/") else f"+{group}"] = \
+            sorted(f.stem for f in folder.glob("*.yaml"))
+    if "hydra/launcher" in groups:  # Hydra's own default launcher, which has no file here
+        groups["hydra/launcher"].insert(0, "basic")
+        defaults["hydra/launcher"] = "basic"
+    notes = {"+experiment": "a preset: mice-exp -m +experiment=NAME",
+             "+scale": "a preset on the first 3 STE APIs: +experiment=NAME +scale=small",
+             "hydra/launcher": "how a sweep's jobs run: mice-exp -m hydra/launcher=NAME"}
+    pad = max(map(len, groups)) + 2
+    lines = ["Config groups (GROUP=OPTION, each a file conf/GROUP/OPTION.yaml; * the default):"]
+    for group, options in groups.items():
+        shown = " | ".join(f"{o}*" if defaults.get(group.lstrip("+")) == o else o for o in options)
+        if group in notes:
+            shown += f"  ({notes[group]})"
+        lines += textwrap.wrap(shown, width, initial_indent=f"  {group + '=':<{pad}}",
+                               subsequent_indent=" " * (pad + 2), break_on_hyphens=False)
+    return "\n".join(lines)
 
 
 def check_command(argv: Sequence[str]) -> None:
@@ -73,7 +119,7 @@ def inspect(argv: Sequence[str]) -> None:
         return
     targets = [a for a in argv if "=" not in a]
     if len(targets) != 1:
-        raise UserError(f"{INSPECT_USAGE}; expected exactly one example")
+        raise UserError(f"{INSPECT_USAGE.splitlines()[0]}; expected exactly one example")
     from mice_exp.pipeline import Pipeline  # loads numpy
 
     # a bad value (llm.batch_size=0 and the like) is one line, as in a run, before torch is imported

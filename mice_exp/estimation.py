@@ -167,12 +167,22 @@ def feature_weights(row: Row, columns: list[str]) -> tuple[np.ndarray, str] | No
     return model.coef_[0], "coefficient"
 
 
+def shown(rows: list[Row]) -> list[Row]:
+    """The rows a console table prints: a reference row that is the run's own estimator with the same predictions
+    (``estimator=raw``; the run's row is the last) once, as the run's row. Under leave-one-API-out the two differ
+    (``estimator=hre protocol=loao``: holdout and zero-shot HRE), and both are printed."""
+    if not rows:
+        return rows
+    main = rows[-1]
+    return [row for row in rows[:-1] if row.key != main.key or not np.array_equal(row.p, main.p)] + rows[-1:]
+
+
 def table(rows: list[Row], title: str) -> str:
     """Console table in the layout of MICE Table 1."""
     columns = [METRICS[m] for m in TABLE_METRICS]
     head = f"{'Confidence estimator':<28}" + "".join(f"{m.console:>9}" for m in columns)
     lines = [title, head, "-" * len(head)]
-    for row in rows:
+    for row in shown(rows):
         cells = "".join(f"{row.metrics[m.name]:>8.3f}{row.marks.get(m.name, ' '):<1}" for m in columns)
         lines.append(f"{row.name:<28}{cells}")
     lower = ", ".join(m.console for m in columns if not m.higher_is_better)
@@ -193,7 +203,7 @@ def action_belief(rows: list[Row], acted: np.ndarray, y: np.ndarray) -> tuple[st
     lines = [f"Action-belief consistency (agent acts on {acted.mean():.0%} of test calls; its own utility "
              + " / ".join(f"{metrics[agent_key(f'etcu_{n}')]:.3f}" for n in PAPER_RISKS) + " at low / medium / high)",
              head, "-" * len(head)]
-    for row in rows:
+    for row in shown(rows):
         rho = action_belief_consistency(row.p, acted)
         agree = {name: decision_agreement(row.p, acted, risk) for name, risk in PAPER_RISKS.items()}
         metrics |= {action_belief_key(row.key, "spearman"): rho}
@@ -212,7 +222,7 @@ def trajectory(rows: list[Row], conversations: Sequence[str], y: np.ndarray) -> 
     head = f"{'Confidence':<28}" + "".join(f"{c:>11}" for c in ("prod Brier", "prod logL", "prod AUROC",
                                                                  "min Brier", "min logL", "min AUROC"))
     lines = []
-    for row in rows:
+    for row in shown(rows):
         scores = trajectory_scores(trajectories(conversations, row.p, y))
         metrics |= {trajectory_key("", k): scores[k] for k in ("n", "right_rate")}
         metrics |= {trajectory_key(row.key, k): v for k, v in scores.items() if k not in ("n", "right_rate")}

@@ -12,7 +12,7 @@ from mice_exp.compose import as_plain, compose_config
 from mice_exp.estimation import Study
 from mice_exp.paths import PACKAGE_ROOT
 from mice_exp.pipeline import Pipeline
-from mice_exp.protocols import Holdout
+from mice_exp.protocols import Holdout, Loao
 from test_significance import feature_set
 
 CONF = PACKAGE_ROOT / "conf"
@@ -83,3 +83,21 @@ def test_a_command_line_override_reaches_the_logged_baseline(tmp_path, monkeypat
     assert run.data.params["baselines.hre.model.n_bins"] == "2" and "baselines.mice_rf.key" not in run.data.params
     predictions = pd.read_csv(client.download_artifacts(run.info.run_id, "predictions.csv", str(tmp_path)))
     assert predictions["p_hre"].nunique() <= 2
+
+
+@pytest.mark.parametrize("estimator", ["raw", "hre", "nwkr"])
+def test_a_run_of_a_reference_estimator_prints_its_row_once(estimator):
+    """``mice-exp estimator=raw``: the run's row is the reference row itself, so the console table shows it once."""
+    overrides = [f"estimator={estimator}", "compare_with=[raw,hre,nwkr]", "permutations=0", "n_jobs=1"]
+    outcome = Holdout().run(Study.from_config(as_plain(compose_config(overrides))), feature_set())
+    printed = [line[:28].strip() for line in outcome.text.split("\n\n")[0].splitlines()[3:-1]]
+    assert sorted(printed) == ["HRE", "NWKR", "Raw Confidence"] and printed[-1] == outcome.rows[-1].name
+    assert len(outcome.rows) == 4  # every row is still scored and logged (the reference's as baseline.*)
+
+
+def test_a_zero_shot_run_of_a_reference_estimator_prints_both_rows():
+    """Under leave-one-API-out ``estimator=hre`` is zero-shot HRE, another row than the holdout reference."""
+    overrides = ["estimator=hre", "protocol=loao", "compare_with=[raw,hre,nwkr]", "permutations=0", "n_jobs=1"]
+    outcome = Loao().run(Study.from_config(as_plain(compose_config(overrides))), feature_set())
+    printed = [line[:28].strip() for line in outcome.text.split("\n\n")[0].splitlines()[3:-1]]
+    assert printed == ["Raw Confidence", "HRE", "NWKR", "HRE"]

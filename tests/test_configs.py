@@ -56,3 +56,40 @@ def test_the_choices_a_config_is_checked_against_are_the_ones_the_code_accepts()
     assert config.DEMO_MIXES == retrieval.DEMO_MIXES
     assert config.TOOL_MODES == prompt.TOOL_MODES and config.DEMO_TOOLS == prompt.DEMO_TOOLS
     assert set(config.CALL_FORMATS) == set(toolcall.FORMATS)
+
+
+def listed_groups(text: str) -> dict[str, list[str]]:
+    """``{"llm": ["gemma3_270m", "smollm2_135m*", ...]}`` from the groups part of ``mice-exp --help``."""
+    groups: dict[str, str] = {}
+    for line in text.splitlines()[1:]:
+        if not line.startswith("   "):  # a group's first line; its wrapped lines are indented further
+            group, _, line = line.strip().partition("= ")
+            groups[group] = ""
+        groups[group] += " " + line.strip()
+    return {group: [o.strip() for o in options.split("(")[0].split("|")] for group, options in groups.items()}
+
+
+def test_help_lists_every_config_group_with_its_options_and_its_default():
+    """``mice-exp --help`` reads conf/, so what it lists is what ``GROUP=OPTION`` accepts today."""
+    from mice_exp.commands import config_groups
+
+    groups = listed_groups(config_groups())
+    folders = {p.parent.relative_to(CONF).as_posix() for p in CONF.rglob("*.yaml") if p.parent != CONF}
+    assert set(groups) == {f"+{g}" if g in ("experiment", "scale") else g for g in folders}
+    for group, options in groups.items():
+        files = sorted(p.stem for p in (CONF / group.lstrip("+")).glob("*.yaml"))
+        assert [o.rstrip("*") for o in options if o != "basic*"] == files
+    assert "smollm2_135m*" in groups["llm"] and "mice_rf*" in groups["estimator"] and "ste*" in groups["dataset"]
+    assert not any(o.endswith("*") for o in groups["+experiment"])  # no preset is on by default
+    OmegaConf.to_container(compose_config(["+scale=small", "+experiment=table1"]), resolve=True)  # as listed
+
+
+def test_a_new_config_file_is_listed_without_a_word_in_the_code(tmp_path):
+    (tmp_path / "llm").mkdir()
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "config.yaml").write_text("defaults:\n  - llm: a\n  - estimator@baselines.a: a\n  - _self_\n")
+    for path in ("llm/a.yaml", "llm/b.yaml", "extra/x.yaml"):
+        (tmp_path / path).write_text("{}\n")
+    from mice_exp.commands import config_groups
+
+    assert listed_groups(config_groups(tmp_path)) == {"+extra": ["x"], "llm": ["a*", "b"]}

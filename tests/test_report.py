@@ -431,6 +431,7 @@ def test_report_command_logs_a_report_run_and_writes_the_folder(filled, tmp_path
     assert {"report/results.md", "report/results.csv", f"report/{LOAO_FILE}"} <= logged
     printed = capsys.readouterr().out
     assert "| Llama3-8B-Instruct | Raw Confidence |" in printed and "## Selective prediction" in printed
+    assert "## On the paper's terms" in printed and "### The paper's own gains" in printed  # as the README says
     assert f"/#/experiments/{store.experiment_id}/runs/{runs[0].info.run_id}?workflowType=machine_learning" in printed
     # a second report does not read the first report's run as a job
     assert len(command.build_report(store.client, EXPERIMENT, with_figures=False).records) == 13

@@ -21,5 +21,13 @@ def test_parsers_reject_other_metrics():
 def test_job_tags_identify_a_run_by_its_config():
     cfg = as_plain(compose_config(["estimator=mice_lr", "protocol=loao", "risk=high"]))
     tags = schema.job_tags(cfg)
-    assert set(tags) == {*schema.KEY_TAGS, schema.RISK_TAG}
-    assert (tags["estimator"], tags["protocol"], tags["risk"]) == ("mice_lr", "loao", "high")
+    assert set(tags) == {*schema.KEY_TAGS, schema.RISK_TAG, schema.SELECTION_TAG}
+    assert (tags["estimator"], tags["protocol"], tags["risk"], tags["selection"]) == ("mice_lr", "loao", "high", "all")
+
+
+def test_the_selection_names_the_settings_that_cut_the_data_set():
+    assert schema.selection({"apis": None, "max_apis": None, "max_per_api": None}) == "all"
+    assert schema.selection({"apis": None, "max_apis": 3}) == "max_apis=3"
+    assert schema.selection({"apis": ["live_simple", "multiple"], "max_per_api": 20}) == \
+        "apis=[live_simple,multiple],max_per_api=20"
+    assert schema.selection({"max_conversations": 10}) == "max_conversations=10"

@@ -25,15 +25,13 @@ from mice_exp.errors import UserError
 from mice_exp.llm.actors import Actor, actor_from_records, actor_names, actor_path, read_actor
 from mice_exp.llm.prompt import PromptBuilder, prompt_budget
 from mice_exp.llm.publish import written_by
-from mice_exp.llm.records import Record, read_records_file, read_records_header, write_records_file
+from mice_exp.llm.records import Record, publishable, read_records_file, read_records_header, write_records_file
 from mice_exp.llm.stage import LLMStage, batch_records
 from mice_exp.llm.toolcall import call_format
 
 #: How every judged call is written before teacher forcing (:func:`~mice_exp.llm.toolcall.canonical_json`).
 RENDER = "canonical"
 JUDGE_VERSION = 1
-#: What a judged record keeps of the actor's: its parsed call and its label by the data set's rule.
-ACTOR_FIELDS = ("pred_api", "pred_args", "parse_error", "label")
 log = logging.getLogger(__name__)
 
 
@@ -64,7 +62,7 @@ def judge_actors(stage: LLMStage, actors: Sequence[Actor]) -> dict[str, tuple[di
     results = {}
     for actor in actors:
         calls = [c for c in actor.judged() if c.id in examples]
-        records = [judged[c.id][fmt.canonical(c.api, c.args)]
+        records = [publishable(judged[c.id][fmt.canonical(c.api, c.args)])
                    | {"pred_api": c.api, "pred_args": c.args, "parse_error": None, "label": c.label} for c in calls]
         report = actor.report()
         info = {"dataset": stage.dataset.name, "llm": judge, **shapes, "stage_key": key,

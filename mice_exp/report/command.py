@@ -254,6 +254,14 @@ def report(argv: Sequence[str]) -> None:
             removed = f"; removed the earlier report's {', '.join(p.name for p in stale)}" if stale else ""
             print(f"wrote {', '.join(p.name for p in staged)} to {out}{removed}")
     print()
-    print("\n\n".join([*tables.markdown_sections(result.table1, result.ablation),
-                        *([selective_markdown(result.selective)] if not result.selective.empty else []),
-                        *(section.markdown for section in result.extras)]))
+    print(printed(result))
+
+
+def printed(report: Report) -> str:
+    """What the command prints: every table of results.md, "On the paper's terms" included (its gains are what
+    compares estimators across setups), without the figures."""
+    return "\n\n".join([*tables.markdown_sections(report.table1, report.ablation),
+                        *([selective_markdown(report.selective)] if not report.selective.empty else []),
+                        *([paper_terms_markdown(report.paper_terms, report.table1, report.resamples)]
+                          if not report.paper_terms.empty else []),
+                        *(section.markdown for section in report.extras)])

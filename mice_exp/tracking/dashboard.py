@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
+from mice_exp.tracking.schema import SELECTION_TAG
+
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow import MlflowClient
 
@@ -26,13 +28,15 @@ LOCAL_UI = "http://127.0.0.1:5000"
 KIND_TAG, ML_KIND = "mlflow.experimentKind", "custom_model_development"
 VIEW_KEY = "mice_exp_table1"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
-#: The tags that say what a run is: its name joins them, its columns show them.
-TAG_COLUMNS = ("llm", "features", "estimator", "protocol", "risk")
+#: The tags that say what a run is: its name joins them, its columns show them; the last, which calls it ran on
+#: (``all``, ``max_apis=3``), also groups the runs table.
+TAG_COLUMNS = ("llm", "features", "estimator", "protocol", "risk", SELECTION_TAG)
 
 
 def run_name(tags: Mapping[str, str]) -> str:
-    """``smollm2_135m|bertscore|mice_rf|holdout|medium``: what the run is, readable in the runs table."""
-    return "|".join(str(tags[key]) for key in TAG_COLUMNS)
+    """``smollm2_135m|bertscore|mice_rf|holdout|medium|all``: what the run is, readable in the runs table; 45 and 750
+    calls differ in the last part (``max_apis=3`` / ``all``), absent from tags written without it."""
+    return "|".join(str(tags[key]) for key in TAG_COLUMNS if key != SELECTION_TAG or key in tags)
 
 
 RUN_NAME_COLUMN = "attributes.`Run Name`"
@@ -41,13 +45,17 @@ RUN_NAME_COLUMN = "attributes.`Run Name`"
 def view_state(metrics: Sequence[str] | None = None, tags: Sequence[str] = TAG_COLUMNS) -> dict:
     """The saved view: metric columns (default: the tables' metrics, MICE Table 1's then selective
     prediction's) in that order (the UI sorts them alphabetically otherwise), then the describing tags;
-    the run name wide enough to read; best AUC-ETCU on top."""
+    the run name wide enough to read; one group of runs per selection (``all``, ``max_apis=3``: a 12-test-call
+    run's AUC-ETCU is noise beside a 200-call one's), expanded, best AUC-ETCU on top of each. The UI orders
+    the groups by their best AUC-ETCU (``max``); runs without the tag (older ones, sweep and report runs) sit in
+    its collapsed group of the remaining runs."""
     from mice_exp.metrics.registry import METRICS  # numpy and scikit-learn: not with every import of tracking
 
     columns = [f"metrics.`{m}`" for m in metrics or METRICS] + [f"tags.`{t}`" for t in tags]
     widths = {RUN_NAME_COLUMN: 330} | {column: 96 for column in columns}
+    group = {"aggregateFunction": "max", "groupByKeys": [{"mode": "tag", "groupByData": SELECTION_TAG}]}
     return {"selectedColumns": columns, "columnOrder": [RUN_NAME_COLUMN, *columns], "columnWidths": widths,
-            "orderByKey": "metrics.`auc_etcu`", "orderByAsc": False}
+            "groupBy": group, "orderByKey": "metrics.`auc_etcu`", "orderByAsc": False}
 
 
 def ensure_runs_view(client: MlflowClient, experiment_id: str) -> None:

@@ -7,6 +7,9 @@ artifact or tag breaks an import instead of silently emptying a report.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from mice_exp.cache import stable_hash
 
 # --------------------------------------------------------------------------- metrics
@@ -128,6 +131,11 @@ def field_region_figure(region: str) -> str:
 KEY_TAGS = {"llm": "llm.name", "dataset": "dataset.name", "features": "features.name",
             "estimator": "estimator.key", "protocol": "protocol.name"}
 RISK_TAG = "risk"
+#: Which calls of the data set a job ran on (:func:`selection`): runs on 45 and on 750 STE calls differ in name
+#: and sit in separate groups of the runs table.
+SELECTION_TAG = "selection"
+#: The dataset settings that cut a data set down, in the order :func:`selection` names them.
+SELECTION_KEYS = ("apis", "max_apis", "max_per_api", "max_conversations")
 #: A digest of the job's resolved config: a re-run sweep skips jobs whose config already FINISHED.
 CONFIG_HASH_TAG = "config_hash"
 #: The sweep a job belongs to (``hydra.sweep.dir``), its parent run, the sweep's overrides, a report run.
@@ -142,10 +150,22 @@ def reused_tag(sweep: str) -> str:
     return f"{SWEEP_TAG}.reused.{stable_hash(sweep, length=16)}"
 
 
+def selection(dataset: Mapping[str, Any]) -> str:
+    """``all``, or the dataset settings that cut the data set (``max_apis=3``, ``apis=[live_simple]``): what sets a
+    run's test-set size, and so how much its table can say (12 test calls cannot separate the estimators)."""
+    cuts = []
+    for key in SELECTION_KEYS:
+        value = dataset.get(key)
+        if value is not None:
+            shown = f"[{','.join(map(str, value))}]" if isinstance(value, (list, tuple)) else value
+            cuts.append(f"{key}={shown}")
+    return ",".join(cuts) or "all"
+
+
 def job_tags(cfg: dict) -> dict[str, str]:
-    """The identifying tags of a job run with resolved config ``cfg`` (plus the risk setting)."""
+    """The identifying tags of a job run with resolved config ``cfg`` (plus the risk setting and the selection)."""
     tags = {}
     for tag, path in KEY_TAGS.items():
         group, key = path.split(".")
         tags[tag] = cfg[group][key]
-    return tags | {RISK_TAG: cfg["risk"]["name"]}
+    return tags | {RISK_TAG: cfg["risk"]["name"], SELECTION_TAG: selection(cfg["dataset"])}
