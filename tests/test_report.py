@@ -19,6 +19,7 @@ from mice_exp.metrics import TAU_GRID, etcu_curve
 from mice_exp.report import command, tables
 from mice_exp.report.collect import Predictions, collect_runs, experiment_ids
 from mice_exp.report.plots import LOAO_FILE, etcu_figures, loao_comparison, loao_pairs
+from mice_exp.tracking.schema import SPAN_CONFIDENCES
 from mice_exp.tracking.sweeps import (
     config_hash,
     ensure_parent_run,
@@ -331,7 +332,7 @@ def test_the_report_shows_per_argument_confidence_per_llm(template, tmp_path):
     assert row + "argument values | token-probability product | 120 | 0.800 | 0.710 | 0.120 | 0.600 | 0.550 |" in lines
     assert row + "argument values | logit-lens agreement | 120 | 0.800 | – | – | – | 0.550 |" in lines
     assert row + "API name | token-probability product | 190 | 0.900 | 0.650 | 0.050 | – | – |" in lines
-    assert len(report.csv[report.csv["table"] == "arguments"]) == 4
+    assert len(report.csv[report.csv["table"] == "arguments"]) == 2 * len(SPAN_CONFIDENCES)  # 2 spans x the rules
 
 
 # ----------------------------------------------------------------------------- Table 2, CSV

@@ -94,10 +94,10 @@ def judge_tables(judge: str, out: Path, records: Path = RECORDS, overrides: list
     argument localisation."""
     actors = actors_of(judge, records)
     pipelines = {a: pipeline_for(judge, a, records, list(overrides)) for a in actors}
-    sets = {}
-    for a, pipe in pipelines.items():
-        print(f"{judge}: features of {a}", flush=True)
-        sets[a] = pipe.features(pipe.stage_output())
+    outputs = {a: pipe.stage_output() for a, pipe in pipelines.items()}
+    scored = pipelines[actors[0]].view.warm(list(outputs.values()))  # the actors' distinct calls' BERTScores, once
+    print(f"{judge}: BERTScores of {scored} distinct judged calls", flush=True)
+    sets = {a: pipe.features(outputs[a]) for a, pipe in pipelines.items()}
     rows, preds, places = [], [], []
     pooled = {key: clone(pick(pipelines[actors[0]].study, key).estimator) for key in MICE}
     train_x = np.concatenate([fs.X[fs.rows("train")] for fs in sets.values()])

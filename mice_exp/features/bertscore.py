@@ -106,13 +106,39 @@ def encoder_id(encoder: Mapping[str, Any]) -> str:
     return f"{encoder.get('model') or Path(default_model_path()).name}:{encoder['num_layers']}"
 
 
+def _cache_path(stage: StageOutput, features_cache: Path, encoder: Mapping[str, Any]) -> Path:
+    return features_cache / f"{stage.key}-bertscore-{stable_hash(encoder_id(encoder))}.npz"
+
+
+def warm_bertscores(stages: Sequence[StageOutput], features_cache: Path, encoder: Mapping[str, Any]) -> int:
+    """Fill the BERTScore caches of many stage outputs at once, each distinct (layer strings, text) pair scored once:
+    many agents' judged records share most of their calls (a right call is the same call, judged the same way),
+    so 19 agents' 11,259 judged STE calls hold 4,544 distinct ones. Returns the number of pairs scored."""
+    todo = [s for s in stages if read_intact(_cache_path(s, features_cache, encoder), read_npz) is None]
+    rows: dict[tuple, int] = {}
+    unique = []
+    for stage in todo:
+        for record in stage.records:
+            key = (record["text"], tuple(record["layer_strings"]))
+            if key not in rows:
+                rows[key] = len(unique)
+                unique.append(record)
+    scores = bertscore_matrix(unique, encoder) if unique else np.zeros((0, 0))
+    for stage in todo:
+        index = [rows[(r["text"], tuple(r["layer_strings"]))] for r in stage.records]
+        path = _cache_path(stage, features_cache, encoder)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_npz(path, {"ids": np.array([r["id"] for r in stage.records]), "f1": scores[index]})
+    return len(unique)
+
+
 def cached_bertscore(stage: StageOutput, features_cache: Path | None, encoder: Mapping[str, Any]) -> np.ndarray:
     """BERTScores for one LLM-stage output, computed once per encoder and shared by every job
     (``features_cache=None``: computed, not cached, as the gate does for one batch of queries)."""
     records = stage.records
     if features_cache is None:
         return bertscore_matrix(records, encoder)
-    path = features_cache / f"{stage.key}-bertscore-{stable_hash(encoder_id(encoder))}.npz"
+    path = _cache_path(stage, features_cache, encoder)
     stored = read_intact(path, read_npz)  # a damaged file is set aside and recomputed
     if stored is None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from sklearn.decomposition import PCA
 from sklearn.utils.validation import check_is_fitted
 
 from mice_exp.errors import UserError
-from mice_exp.features.bertscore import cached_bertscore
+from mice_exp.features.bertscore import cached_bertscore, warm_bertscores
 from mice_exp.features.layers import NAMED, select_layers
 from mice_exp.features.pooled import cosine_to_last, mean_pool
 from mice_exp.llm.records import StageOutput
@@ -139,6 +139,11 @@ class BertScoreView(FeatureView):
     def scores(self, stage: StageOutput) -> np.ndarray:
         """[N, L-1] BERTScores of every layer (cached when ``cache_dir`` is set)."""
         return cached_bertscore(stage, Path(self.cache_dir) if self.cache_dir else None, self._encoder())
+
+    def warm(self, stages: Sequence[StageOutput]) -> int:
+        """Fill the BERTScore caches of many stage outputs with each distinct call scored once
+        (:func:`~mice_exp.features.bertscore.warm_bertscores`); nothing without a cache folder."""
+        return warm_bertscores(stages, Path(self.cache_dir), self._encoder()) if self.cache_dir else 0
 
     def _block(self, stage: StageOutput) -> tuple[np.ndarray, list[str]]:
         return self.scores(stage)[:, [i - 1 for i in self.layers_]], [f"bertscore_L{i}" for i in self.layers_]

@@ -164,8 +164,6 @@ def selection(dataset: Mapping[str, Any]) -> str:
 
 def job_tags(cfg: dict) -> dict[str, str]:
     """The identifying tags of a job run with resolved config ``cfg`` (plus the risk setting and the selection)."""
-    tags = {}
-    for tag, path in KEY_TAGS.items():
-        group, key = path.split(".")
-        tags[tag] = cfg[group][key]
-    return tags | {RISK_TAG: cfg["risk"]["name"], SELECTION_TAG: selection(cfg["dataset"])}
+    paths = {**KEY_TAGS, RISK_TAG: "risk.name"}
+    tags = {tag: cfg[group][key] for tag, (group, key) in ((tag, path.split(".")) for tag, path in paths.items())}
+    return tags | {SELECTION_TAG: selection(cfg["dataset"])}
