@@ -191,3 +191,24 @@ def test_an_encoder_with_a_missing_weight_is_refused_in_one_line(tmp_path):
                                             r".query.weight'\); expected a checkpoint holding every weight") as info:
             load()
         assert "\n" not in str(info.value)
+
+
+def test_many_agents_judged_calls_score_each_distinct_call_once(tmp_path, monkeypatch):
+    """Two agents' records sharing a call: warming their caches scores three distinct calls, and each file's
+    BERTScores are those of scoring it alone (up to the padding of other batches: 1e-6)."""
+    import gzip
+    import json
+
+    from mice_exp.features import bertscore
+
+    with gzip.open(PACKAGE_ROOT / "experiments" / "records" / "ste-smollm2_135m.jsonl.gz", "rt") as handle:
+        a, b, c = [r for r in map(json.loads, handle) if "layer_strings" in r][:3]
+    first = StageOutput(records=[a, b], info={}, key="first")
+    second = StageOutput(records=[b, c], info={}, key="second")
+    encoder = {"num_layers": 6, "batch_size": 64}
+    assert bertscore.warm_bertscores([first, second], tmp_path, encoder) == 3
+    monkeypatch.setattr(bertscore, "bertscore_matrix", lambda *a, **k: pytest.fail("the caches are warm"))
+    warm = [bertscore.cached_bertscore(s, tmp_path, encoder) for s in (first, second)]
+    monkeypatch.undo()
+    for stage, scores in zip((first, second), warm):
+        np.testing.assert_allclose(scores, bertscore.bertscore_matrix(stage.records, encoder), atol=1e-6)
