@@ -17,14 +17,9 @@ import pytest
 from mice_exp.cache import file_sha256
 from mice_exp.errors import UserError
 from mice_exp.gate import Gate, InvalidRequest
-from mice_exp.gate.serve import open_server
 from mice_exp.hosts import HttpScorer
 from tests.test_gate import WEATHER, ask, fitted  # noqa: F401 - fitted: test_gate's saved tiny_random gate
-
-
-@pytest.fixture(scope="module")
-def gate(fitted, tiny_llm):  # noqa: F811 - the fixture imported above
-    return Gate.load(fitted[0], llm=tiny_llm)
+from tests.test_hosts import gate, served  # noqa: F401 - the gate loaded from it, and mice-exp serve on it
 
 
 def weather(arguments: str) -> dict:
@@ -38,15 +33,6 @@ def post(url: str, body: dict) -> tuple[int, dict]:
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
-
-
-@pytest.fixture(scope="module")
-def served(gate):
-    server = open_server(gate, quiet=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 def test_arguments_holding_a_lone_surrogate_are_refused_in_one_line_and_as_a_400(gate, served):
