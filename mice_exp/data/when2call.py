@@ -105,7 +105,8 @@ class When2Call(When2CallLabels, Dataset):
 
 def load_when2call(path: Path, labels: When2CallLabels) -> tuple[list[Example], Counter[str]]:
     """The items of ``path`` in file order, and how many were skipped for each reason (an item whose tools or
-    ``tool_call`` answer does not parse, whose target tool is not offered, or that repeats an earlier one). A file that is not JSON lines is
+    ``tool_call`` answer does not parse, whose target tool is not offered, or that repeats an earlier one). A file
+    that is not JSON lines is
     one line naming it."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()

@@ -51,9 +51,14 @@ def _tokens(record: Mapping[str, Any], span: Span) -> list[int]:
     return [k for k, (start, end) in enumerate(record["offsets"]) if start < hi and end > lo]
 
 
+def _probs(record: Mapping[str, Any], span: Span) -> np.ndarray:
+    """The probabilities of the generated tokens that overlap ``span``."""
+    return np.asarray(record["token_probs"], dtype=float)[_tokens(record, span)]
+
+
 def token_product(record: Mapping[str, Any], span: Span) -> float:
     """Product of the probabilities of the tokens overlapping ``span`` (1.0 for none, an empty product)."""
-    return float(np.prod(np.asarray(record["token_probs"], dtype=float)[_tokens(record, span)]))
+    return float(np.prod(_probs(record, span)))
 
 
 def lens_agreement(record: Mapping[str, Any], span: Span) -> float:
@@ -68,14 +73,14 @@ def lens_agreement(record: Mapping[str, Any], span: Span) -> float:
 
 def least_token(record: Mapping[str, Any], span: Span) -> float:
     """The probability of the least likely token overlapping ``span`` (1.0 for none)."""
-    probs = np.asarray(record["token_probs"], dtype=float)[_tokens(record, span)]
+    probs = _probs(record, span)
     return float(probs.min()) if len(probs) else 1.0
 
 
 def mean_token(record: Mapping[str, Any], span: Span) -> float:
     """The geometric mean of the probabilities of the tokens overlapping ``span`` (1.0 for none): the product
     without its length, so a long right value is not less certain than a short wrong one for its length alone."""
-    probs = np.asarray(record["token_probs"], dtype=float)[_tokens(record, span)]
+    probs = _probs(record, span)
     return float(np.exp(np.mean(np.log(np.maximum(probs, 1e-300))))) if len(probs) else 1.0
 
 

@@ -14,7 +14,6 @@ minimum-Bayes-risk threshold of the saved risk setting (MICE Eq. 2).
 from __future__ import annotations
 
 import json
-
 import tempfile
 import threading
 import time
@@ -347,16 +346,16 @@ class Gate:
         """The generated calls that parse, scored as :meth:`score` scores them: rendered canonically and
         teacher-forced (a second pass where the model wrote another layout), so that the gate's probability of its
         own call is the one a host that hands the call back gets, and the one its estimator was fitted on."""
-        fmt, order = self.builder().fmt, sorted(prompts)
-        replies = {i: fmt.canonical(r["pred_api"], r["pred_args"]) for i, r in zip(order, records)
-                   if isinstance(r["pred_args"], dict) and r["pred_api"]}
-        replies = {i: text for i, text in replies.items() if text != records[order.index(i)]["text"]}
+        fmt, at = self.builder().fmt, {i: n for n, i in enumerate(sorted(prompts))}
+        replies = {i: fmt.canonical(records[n]["pred_api"], records[n]["pred_args"]) for i, n in at.items()
+                   if isinstance(records[n]["pred_args"], dict) and records[n]["pred_api"]}
+        replies = {i: text for i, text in replies.items() if text != records[at[i]]["text"]}
         if not replies:
             return records, p
         again, q = self._score({i: examples[i] for i in replies}, {i: prompts[i] for i in replies}, replies)
         records, p = list(records), p.copy()
         for i, record, prob in zip(sorted(replies), again, q):
-            records[order.index(i)], p[order.index(i)] = record, prob
+            records[at[i]], p[at[i]] = record, prob
         return records, p
 
     def score(self, messages: Messages, tools: Sequence[dict[str, Any]], call: Mapping[str, Any], *,

@@ -71,6 +71,13 @@ class Actor:
     def judged(self) -> list[ActorCall]:
         return [c for c in self.calls if c.judged]
 
+    def add(self, call: ActorCall) -> None:
+        """One more reply, counted as unparseable where it holds no call."""
+        if not call.judged:
+            self.problems["unparseable"] += 1
+            self.examples.setdefault("unparseable", call.id)
+        self.calls.append(call)
+
     def report(self) -> dict[str, Any]:
         """Counts a table states beside the actor: records, judged calls, accuracy of the judged ones, every
         problem, and the agreement of the project's labels with STE's (over records STE judged)."""
@@ -116,31 +123,29 @@ def read_actor(path: Path, examples: Mapping[str, Example], fmt: CallFormat = RE
         raise UserError(f"actor file {path}: expected an object API -> list of records (STE's published "
                         f"predictions), got {type(data).__name__}")
     dataset = next(iter(examples.values())).dataset if examples else "ste"
+    apis = {e.api for e in examples.values()}
     actor = Actor(path.stem, path, [])
     for api, items in data.items():
         for index, item in enumerate(items):
             qid = f"{dataset}/{api}/{index}"
-            problem = _problem(qid, api, item, examples)
+            problem = _problem(qid, api in apis, item, examples)
             if problem is not None:
                 actor.problems[problem] += 1
                 actor.examples.setdefault(problem, qid)
                 continue
             call = fmt.parse(normalise(item["model_output"]))
             args = call.args if isinstance(call.args, dict) else None
-            if args is None:
-                actor.problems["unparseable"] += 1
-                actor.examples.setdefault("unparseable", qid)
             label = int(args is not None and is_correct(examples[qid], call.api, args))
-            actor.calls.append(ActorCall(qid, call.api, args, call.parse_error if args is None else None, label,
-                                         _ste_label(item)))
+            actor.add(ActorCall(qid, call.api, args, call.parse_error if args is None else None, label,
+                                _ste_label(item)))
     return actor
 
 
-def _problem(qid: str, api: str, item: Any, examples: Mapping[str, Example]) -> str | None:
+def _problem(qid: str, known_api: bool, item: Any, examples: Mapping[str, Example]) -> str | None:
     if not isinstance(item, dict) or not isinstance(item.get("model_output"), str):
         return "malformed"
     if qid not in examples:
-        return "beyond_the_api" if any(e.api == api for e in examples.values()) else "unknown_api"
+        return "beyond_the_api" if known_api else "unknown_api"
     if "query" in item and str(item["query"]) != examples[qid].query:
         return "query_differs"
     return None
@@ -162,9 +167,5 @@ def actor_from_records(path: Path, records: list[Mapping[str, Any]], name: str) 
     actor = Actor(name, path, [])
     for r in records:
         args = r["pred_args"] if isinstance(r["pred_args"], dict) else None
-        if args is None:
-            actor.problems["unparseable"] += 1
-            actor.examples.setdefault("unparseable", r["id"])
-        actor.calls.append(ActorCall(r["id"], r["pred_api"], args, r["parse_error"] if args is None else None,
-                                     int(r["label"])))
+        actor.add(ActorCall(r["id"], r["pred_api"], args, r["parse_error"] if args is None else None, int(r["label"])))
     return actor
