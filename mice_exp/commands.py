@@ -174,7 +174,7 @@ def records(argv: Sequence[str]) -> None:
         folder = resolve(outputs[0], Path.cwd()) if outputs else stage.paths.root / "experiments" / "records" / "actors"
         actor_set = resolve_actors(stage, actors[-1], resolve(pipeline.config["actors"]["folder"], stage.paths.root),
                                    Path.cwd())
-        for path in publish_judged(stage, actor_set, folder):
+        for path in publish_judged(stage, actor_set, folder, pipeline.sources):
             print(f"records: {path} ({path.stat().st_size / 1e6:.2f} MB); Table 1 on it with "
                   f"llm={stage.llm['name']} llm.records={path}")
         return

@@ -13,7 +13,9 @@ from mice_exp.compose import compose_config
 from mice_exp.errors import UserError
 from mice_exp.llm.actors import normalise, read_actor
 from mice_exp.llm.judge import judge_actors, publish_judged, resolve_actors
+from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_records_header
+from mice_exp.llm.sources import call_values, record_prompts
 from mice_exp.llm.teacher import score_replies, score_shared
 from mice_exp.paths import PACKAGE_ROOT, Paths
 from tests.conftest import stage_of
@@ -173,3 +175,51 @@ def test_a_judged_file_or_another_prompt_s_records_are_refused_as_actors_in_one_
     own = resolve_actors(stage, str(published[1]), tmp_path / "actors", tmp_path)  # the judge's own records
     assert own[0].name == "tiny_random" and len(own[0].calls) == 6
     assert read_records_file(judged, "ste").info["actor"] == "agent"
+
+
+
+def test_the_judge_s_p_true_of_a_given_call_is_its_p_true_of_that_call_alone(tmp_path, tiny_llm, monkeypatch):
+    """P(True) of another agent's call (the LLM-as-judge baseline) from one prefill per query equals the p_true
+    source of that call asked alone; a new actor's run asks only its new calls; a Table-1 run reads it."""
+    from mice_exp.llm import judge
+    from mice_exp.run import run
+
+    settings = tiny_cfg(**{"sources.use": "[p_true]"})["sources"]
+    stage = judge_stage(tmp_path / "cache", tiny_llm)
+    folder = tmp_path / "actors"
+    actor_file(folder, "first", right())
+    wrong = right()
+    wrong["add_date"][0] = reply("add_date", {"date": "2022-10-14", "days": 9})
+    actor_file(folder, "second", wrong)
+    judge_actors(stage, resolve_actors(stage, "first", folder, tmp_path), settings)
+    asked = []
+    given = judge.given_call_values
+    monkeypatch.setattr(judge, "given_call_values", lambda *a: asked.append(len(a[3])) or given(*a))
+    header, records = judge_actors(stage, resolve_actors(stage, "first,second", folder, tmp_path), settings)["second"]
+    assert asked == [1] and header["sources"] == ["p_true"]  # the second actor's one new call
+    fresh = judge_stage(tmp_path / "fresh", tiny_llm)
+    together = judge_actors(fresh, resolve_actors(fresh, "first,second", folder, tmp_path), settings)["second"][1]
+    assert sorted(asked[1:]) == [1] * 5 + [2]  # add_date's first query: both actors' calls after one prefill
+    np.testing.assert_allclose([r["sources"]["p_true"] for r in together], [r["sources"]["p_true"] for r in records],
+                               atol=1e-5)
+    builder = PromptBuilder.from_config(stage.prompt, tiny_llm.tokenizer)
+    demos = stage.demos(tmp_path / "demos")
+    for record in records:
+        prompts = record_prompts(builder, fixture_examples(stage), demos, record)
+        alone = call_values(stage.backend.source_runner(), settings, stage.llm, prompts, ["p_true"])["p_true"]
+        assert abs(record["sources"]["p_true"] - alone) < 1e-5
+    (path,) = publish_judged(stage, resolve_actors(stage, "second", folder, tmp_path), tmp_path / "out", settings)
+    out = run(compose_config(["llm=tiny_random", f"dataset.path={FIXTURE}", "llm.batch_size=2",
+                              "llm.max_new_tokens=6", "prompt.k_demos=2", "estimator=p_true", "tracking.enabled=false",
+                              "permutations=0", "gate.save=false", f"paths.cache={tmp_path / 'cache'}",
+                              "actor=second", f"llm.records={path}"]))
+    assert out["llm_examples"] == 6 and np.isfinite(out["objective"])
+
+
+def test_a_source_about_the_judge_s_own_generations_is_refused_for_judged_calls_in_one_line(tmp_path):
+    stage = judge_stage(tmp_path / "cache")
+    actor_file(tmp_path / "actors", "agent", right())
+    with pytest.raises(UserError, match=r"sources.use lists \['consistency'\] for judged calls; expected some of "
+                                        r"p_true, verbalized"):
+        judge_actors(stage, resolve_actors(stage, "agent", tmp_path / "actors", tmp_path),
+                     tiny_cfg(**{"sources.use": "[consistency]"})["sources"])

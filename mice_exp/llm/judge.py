@@ -8,13 +8,17 @@ engine), and since calls are rendered canonically (:meth:`~mice_exp.llm.toolcall
 that made the same call (most right ones) are one reply, scored once. The judged rows are kept per query in
 ``<cache>/llm/<judge>-judges-<key>/<query hash>.jsonl``, one per canonical reply, whichever actors asked for it:
 a later run with more actors scores only the replies not yet there, and an interrupted one resumes.
+
+The sources that ask about the call itself (``sources.use=[p_true]``: the judge's P(True) of the given call, the
+LLM-as-judge baseline) are asked after the judged rows, per query from one prefill of the follow-ups' shared prefix,
+and kept beside them in ``source-<name>-<settings hash>/<query hash>.jsonl``.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from filelock import FileLock
 from tqdm.auto import tqdm
@@ -26,6 +30,7 @@ from mice_exp.llm.actors import Actor, actor_from_records, actor_names, actor_pa
 from mice_exp.llm.prompt import PromptBuilder, prompt_budget
 from mice_exp.llm.publish import written_by
 from mice_exp.llm.records import Record, publishable, read_records_file, read_records_header, write_records_file
+from mice_exp.llm.sources import SOURCES, about_the_call, given_call_values, record_prompts
 from mice_exp.llm.stage import LLMStage, batch_records
 from mice_exp.llm.toolcall import call_format
 
@@ -43,11 +48,13 @@ def judge_folder(stage: LLMStage) -> tuple[Path, dict[str, Any]]:
     return stage.paths.llm / f"{stage.llm['name']}-judges-{stable_hash(key)}", key
 
 
-def judge_actors(stage: LLMStage, actors: Sequence[Actor]) -> dict[str, tuple[dict[str, Any], list[Record]]]:
+def judge_actors(stage: LLMStage, actors: Sequence[Actor], sources: Mapping[str, Any] | None = None
+                 ) -> dict[str, tuple[dict[str, Any], list[Record]]]:
     """Each actor's judged calls (those it made on the run's selection) as a records file's header and records:
     every field a feature view reads is the judge's (each layer's lens string and raw confidence = the judge's
     probability of the call's content tokens, for the call in canonical layout), the parsed call and label
-    the actor's. Records keep the actor file's order; the header names ``actor``, ``judge`` and ``render``."""
+    the actor's, and the judge's answers to ``sources.use`` (``sources``: conf/sources) about the call. Records
+    keep the actor file's order; the header names ``actor``, ``judge`` and ``render``."""
     examples = {e.id: e for e in stage.selection.examples}
     fmt = call_format(stage.prompt)
     wanted: dict[str, dict[str, None]] = {}
@@ -56,36 +63,36 @@ def judge_actors(stage: LLMStage, actors: Sequence[Actor]) -> dict[str, tuple[di
             if call.id in examples:
                 wanted.setdefault(call.id, {})[fmt.canonical(call.api, call.args)] = None
     out, key = judge_folder(stage)
-    judged = _judge(stage, out, examples, {i: list(r) for i, r in wanted.items()})
+    names = about_the_call((sources or {}).get("use") or [])
+    judged = _judge(stage, out, examples, {i: list(r) for i, r in wanted.items()}, sources or {}, names)
     shapes = read_json(out / "shapes.json") if (out / "shapes.json").exists() else {}
     judge = stage.llm["name"]
     results = {}
     for actor in actors:
         calls = [c for c in actor.judged() if c.id in examples]
-        records = [publishable(judged[c.id][fmt.canonical(c.api, c.args)])
-                   | {"pred_api": c.api, "pred_args": c.args, "parse_error": None, "label": c.label} for c in calls]
+        rows = [judged[c.id][fmt.canonical(c.api, c.args)] for c in calls]
+        records = [publishable(row) | {"pred_api": c.api, "pred_args": c.args, "parse_error": None, "label": c.label}
+                   | ({"sources": {n: row["sources"][n] for n in names}} if names else {}) for row, c in zip(rows, calls)]
         report = actor.report()
         info = {"dataset": stage.dataset.name, "llm": judge, **shapes, "stage_key": key,
                 "display": f"{actor.name} judged by {stage.llm.get('display', judge)}", "actor": actor.name,
                 "judge": judge, "render": RENDER, "actor_records": {"file": actor.source.name, "key": actor.key},
-                "actor_report": report, "examples": len(records), "sources": [], "stage_cache": out.name,
+                "actor_report": report, "examples": len(records), "sources": names, "stage_cache": out.name,
                 "written_by": written_by({}, stage.paths.root, f"{actor.name}'s calls judged by {judge}")}
         results[actor.name] = (info, records)
     return results
 
 
-def _judge(stage: LLMStage, out: Path, examples: dict[str, Any], wanted: dict[str, list[str]]
-           ) -> dict[str, dict[str, Record]]:
-    """Every wanted (query, canonical reply)'s judged record, those not in ``out`` yet computed, query by query."""
+def _judge(stage: LLMStage, out: Path, examples: dict[str, Any], wanted: dict[str, list[str]],
+           settings: Mapping[str, Any], names: Sequence[str]) -> dict[str, dict[str, Record]]:
+    """Every wanted (query, canonical reply)'s judged record with its named sources under ``"sources"``, those
+    not in ``out`` yet computed, query by query."""
     out.mkdir(parents=True, exist_ok=True)
-    files = {i: out / f"{stable_hash(i, 20)}.jsonl" for i in wanted}
+    folders = {n: out / f"source-{n}-{stable_hash(dict(settings[SOURCES[n].block]))}" for n in names}
     done: dict[str, dict[str, Record]] = {}
-    todo = []
-    for i, replies in wanted.items():
-        rows = read_intact(files[i], read_jsonl) or []
-        done[i] = {r["reply"]: r for r in rows}
-        if any(text not in done[i] for text in replies):
-            todo.append(i)
+    for i in wanted:
+        _read(out, folders, i, done)
+    todo = [i for i in wanted if any(t not in done[i] or len(done[i][t]["sources"]) < len(names) for t in wanted[i])]
     if not todo:
         return done
     with FileLock(str(out / ".lock")):
@@ -96,28 +103,49 @@ def _judge(stage: LLMStage, out: Path, examples: dict[str, Any], wanted: dict[st
         budget = prompt_budget(stage.llm)
         splits = stage.selection.splits
         pending = sum(len(wanted[i]) - sum(t in done[i] for t in wanted[i]) for i in todo)
-        log.info("%s judges %d calls on %d queries into %s", stage.llm["name"], pending, len(todo), out)
-        bar = tqdm(total=pending, desc=f"{stage.llm['name']} judges", unit="call")
+        log.info("%s judges %d calls (and asks %s) on %d queries into %s", stage.llm["name"], pending,
+                 ", ".join(names) or "no source", len(todo), out)
+        bar = tqdm(total=len(todo), desc=f"{stage.llm['name']} judges", unit="query")
+        runner = stage.backend.source_runner() if names else None
         for i in todo:
-            rows = read_intact(files[i], read_jsonl) or []  # another process may have judged it meanwhile
-            done[i] = {r["reply"]: r for r in rows}
+            _read(out, folders, i, done)  # another process may have judged it meanwhile
             missing = [t for t in wanted[i] if t not in done[i]]
-            if not missing:
-                continue
-            prompt = builder.build(examples[i], [examples[d] for d in demos[i]], budget)
-            tokens = [teacher.tokenizer.encode(t, add_special_tokens=False) for t in missing]
-            gens = teacher.score_shared(prompt.ids, tokens, lens=True, states=False)
-            new, _ = batch_records(teacher.tokenizer, [i] * len(missing), examples, splits, {i: prompt}, gens,
-                                   builder.fmt)
-            for text, row in zip(missing, new):
-                if row["text"] != text:
-                    log.warning("%s: %s's tokens of the call decode to %r, not %r", i, stage.llm["name"],
-                                row["text"][:80], text[:80])
-                done[i][text] = row | {"reply": text}
-            write_jsonl(files[i], list(done[i].values()))
-            bar.update(len(missing))
+            if missing:
+                prompt = builder.build(examples[i], [examples[d] for d in demos[i]], budget)
+                tokens = [teacher.tokenizer.encode(t, add_special_tokens=False) for t in missing]
+                gens = teacher.score_shared(prompt.ids, tokens, lens=True, states=False)
+                new, _ = batch_records(teacher.tokenizer, [i] * len(missing), examples, splits, {i: prompt}, gens,
+                                       builder.fmt)
+                for text, row in zip(missing, new):
+                    if row["text"] != text:
+                        log.warning("%s: %s's tokens of the call decode to %r, not %r", i, stage.llm["name"],
+                                    row["text"][:80], text[:80])
+                    done[i][text] = row | {"reply": text, "sources": {}}
+                write_jsonl(_file(out, i), [{k: v for k, v in r.items() if k != "sources"} for r in done[i].values()])
+            for name, folder in folders.items():
+                asked = [t for t in wanted[i] if name not in done[i][t]["sources"]]
+                if asked:
+                    prompts = [record_prompts(builder, examples, demos, done[i][t]) for t in asked]
+                    for text, value in zip(asked, given_call_values(runner, settings, stage.llm, prompts, [name])):
+                        done[i][text]["sources"][name] = value[name]
+                    write_jsonl(_file(folder, i), [{"reply": t, "value": r["sources"][name]}
+                                                   for t, r in done[i].items() if name in r["sources"]])
+            bar.update()
         bar.close()
     return done
+
+
+def _file(folder: Path, query: str) -> Path:
+    return folder / f"{stable_hash(query, 20)}.jsonl"
+
+
+def _read(out: Path, folders: Mapping[str, Path], query: str, done: dict[str, dict[str, Record]]) -> None:
+    """A query's judged rows and their sources' values, as far as ``out`` holds them, into ``done[query]``."""
+    done[query] = {r["reply"]: r | {"sources": {}} for r in read_intact(_file(out, query), read_jsonl) or []}
+    for name, folder in folders.items():
+        for r in read_intact(_file(folder, query), read_jsonl) or []:
+            if r["reply"] in done[query]:
+                done[query][r["reply"]]["sources"][name] = r["value"]
 
 
 def resolve_actors(stage: LLMStage, spec: str, folder: Path, root: Path) -> list[Actor]:
@@ -160,11 +188,12 @@ def judged_path(folder: Path, dataset: str, actor: str, judge: str) -> Path:
     return folder / f"{dataset}-{actor}-judged-by-{judge}.jsonl.gz"
 
 
-def publish_judged(stage: LLMStage, actors: Sequence[Actor], folder: Path) -> list[Path]:
+def publish_judged(stage: LLMStage, actors: Sequence[Actor], folder: Path,
+                   sources: Mapping[str, Any] | None = None) -> list[Path]:
     """Every actor's judged records (:func:`judge_actors`, all actors' calls on a query scored after one prefill),
     one records file each in ``folder`` (:func:`judged_path`)."""
     paths = []
-    for name, (header, records) in judge_actors(stage, actors).items():
+    for name, (header, records) in judge_actors(stage, actors, sources).items():
         path = judged_path(folder, stage.dataset.name, name, stage.llm["name"])
         write_records_file(path, header, records)
         paths.append(path)

@@ -126,11 +126,11 @@ class Reply:
     set of samples serves self-consistency and semantic entropy), and what the sources' values read."""
 
     def __init__(self, runner: Any, settings: Mapping[str, Any], llm_settings: Mapping[str, Any], prompts: Prompts,
-                 sources: Sequence[Source]):
+                 sources: Sequence[Source], call: Any = None):
         self.runner, self.settings, self.llm_settings, self.prompts = runner, settings, llm_settings, prompts
         self.record, self.fmt = prompts.record, prompts.builder.fmt
         self.variants = {s.block: s.prompt(prompts, settings[s.block]) for s in sources}
-        self.call = runner.call(list(self.variants.values()))
+        self.call = runner.call(list(self.variants.values())) if call is None else call
         self._answers: dict[str, Any] = {}
 
     def answer(self, source: Source) -> Any:
@@ -194,6 +194,30 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
     Source("semantic_entropy", "samples", "consistency", _original,
            lambda samples, reply, block: semantic_confidence(reply.calls(samples))),
 )}
+
+
+#: The sources that ask about the call itself (a follow-up after it), so a judge can ask them of a call another
+#: agent made; the others read the judge's own generations (samples, a way out), which a given call has none of.
+ABOUT_THE_CALL = ("p_true", "verbalized")
+
+
+def about_the_call(names: Sequence[str]) -> list[str]:
+    """``sources.use`` for judged calls, refused in one line where it names a source no given call can answer."""
+    unknown = [n for n in names if n not in ABOUT_THE_CALL]
+    if unknown:
+        raise UserError(f"sources.use lists {unknown} for judged calls; expected some of {', '.join(ABOUT_THE_CALL)} "
+                        "(the others read the judge's own generations, and a given call has none)")
+    return list(names)
+
+
+def given_call_values(runner: Any, settings: Mapping[str, Any], llm_settings: Mapping[str, Any],
+                      prompts: Sequence[Prompts], names: Sequence[str]) -> list[dict[str, Any]]:
+    """The named sources of several calls answering one prompt (other agents' calls a judge scores), from one
+    runner call over all their follow-ups: the prefix they share (the query's prompt) is encoded once."""
+    sources = [SOURCES[name] for name in names]
+    call = runner.call([s.prompt(p, settings[s.block]) for p in prompts for s in sources])
+    replies = [Reply(runner, settings, llm_settings, p, sources, call) for p in prompts]
+    return [{s.name: s.compute(r.answer(s), r, settings[s.block]) for s in sources} for r in replies]
 
 
 def source_dir(llm_dir: Path, name: str, settings: Mapping[str, Any], prompt_cfg: Mapping[str, Any],
