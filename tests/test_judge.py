@@ -223,3 +223,23 @@ def test_a_source_about_the_judge_s_own_generations_is_refused_for_judged_calls_
                                         r"p_true, verbalized"):
         judge_actors(stage, resolve_actors(stage, "agent", tmp_path / "actors", tmp_path),
                      tiny_cfg(**{"sources.use": "[consistency]"})["sources"])
+
+
+def test_published_judged_records_stand_in_for_their_calls_when_a_source_is_asked_later(tmp_path, tiny_llm,
+                                                                                        monkeypatch):
+    """On another machine (no judge cache), asking P(True) of published judged calls judges none of them again,
+    and the republished records are the published ones with the source beside them."""
+    from mice_exp.llm import teacher
+
+    folder = tmp_path / "actors"
+    actor_file(folder, "agent", right())
+    stage = judge_stage(tmp_path / "cache", tiny_llm)
+    (path,) = publish_judged(stage, resolve_actors(stage, "agent", folder, tmp_path), tmp_path / "out")
+    before = read_records_file(path, "ste")
+    elsewhere = judge_stage(tmp_path / "elsewhere", tiny_llm)
+    monkeypatch.setattr(teacher, "score_shared", lambda *a, **k: pytest.fail("a published call judged again"))
+    publish_judged(elsewhere, resolve_actors(elsewhere, "agent", folder, tmp_path), tmp_path / "out",
+                   tiny_cfg(**{"sources.use": "[p_true]"})["sources"])
+    after = read_records_file(path, "ste")
+    assert after.records == [r | {"sources": {"p_true": p}} for r, p in zip(before.records, after.sources["p_true"])]
+    assert after.key == before.key and all(0 < p < 1 for p in after.sources["p_true"])

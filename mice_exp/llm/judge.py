@@ -48,13 +48,14 @@ def judge_folder(stage: LLMStage) -> tuple[Path, dict[str, Any]]:
     return stage.paths.llm / f"{stage.llm['name']}-judges-{stable_hash(key)}", key
 
 
-def judge_actors(stage: LLMStage, actors: Sequence[Actor], sources: Mapping[str, Any] | None = None
-                 ) -> dict[str, tuple[dict[str, Any], list[Record]]]:
+def judge_actors(stage: LLMStage, actors: Sequence[Actor], sources: Mapping[str, Any] | None = None,
+                 published: Path | None = None) -> dict[str, tuple[dict[str, Any], list[Record]]]:
     """Each actor's judged calls (those it made on the run's selection) as a records file's header and records:
     every field a feature view reads is the judge's (each layer's lens string and raw confidence = the judge's
     probability of the call's content tokens, for the call in canonical layout), the parsed call and label
     the actor's, and the judge's answers to ``sources.use`` (``sources``: conf/sources) about the call. Records
-    keep the actor file's order; the header names ``actor``, ``judge`` and ``render``."""
+    keep the actor file's order; the header names ``actor``, ``judge`` and ``render``. Judged records files in
+    ``published`` made with the same settings stand in for the calls they hold (:func:`_seed`)."""
     examples = {e.id: e for e in stage.selection.examples}
     fmt = call_format(stage.prompt)
     wanted: dict[str, dict[str, None]] = {}
@@ -63,6 +64,8 @@ def judge_actors(stage: LLMStage, actors: Sequence[Actor], sources: Mapping[str,
             if call.id in examples:
                 wanted.setdefault(call.id, {})[fmt.canonical(call.api, call.args)] = None
     out, key = judge_folder(stage)
+    for actor in actors if published is not None else ():
+        _seed(out, fmt, judged_path(published, stage.dataset.name, actor.name, stage.llm["name"]))
     names = about_the_call((sources or {}).get("use") or [])
     judged = _judge(stage, out, examples, {i: list(r) for i, r in wanted.items()}, sources or {}, names)
     shapes = read_json(out / "shapes.json") if (out / "shapes.json").exists() else {}
@@ -135,6 +138,27 @@ def _judge(stage: LLMStage, out: Path, examples: dict[str, Any], wanted: dict[st
     return done
 
 
+def _seed(out: Path, fmt: Any, path: Path) -> None:
+    """The judged rows of a records file published from ``out``'s settings (its header's ``stage_cache``), put in
+    ``out`` where it lacks them: a source asked later (``sources.use=[p_true]``) then judges no call again, and the
+    records it writes keep the published rows, on another machine or after the cache is gone."""
+    if not path.is_file() or read_records_header(path).get("stage_cache") != out.name:
+        return
+    judged = read_records_file(path, read_records_header(path)["dataset"])
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / "shapes.json").exists():
+        write_json(out / "shapes.json", {k: judged.info[k] for k in ("n_layers", "hidden_size")})
+    queries: dict[str, dict[str, Record]] = {}
+    for r in judged.records:
+        row = {k: v for k, v in r.items() if k != "sources"}
+        queries.setdefault(r["id"], {})[fmt.canonical(r["pred_api"], r["pred_args"])] = row
+    for query, rows in queries.items():
+        held = {r["reply"]: r for r in read_intact(_file(out, query), read_jsonl) or []}
+        new = {reply: row | {"reply": reply} for reply, row in rows.items() if reply not in held}
+        if new:
+            write_jsonl(_file(out, query), [*held.values(), *new.values()])
+
+
 def _file(folder: Path, query: str) -> Path:
     return folder / f"{stable_hash(query, 20)}.jsonl"
 
@@ -193,7 +217,7 @@ def publish_judged(stage: LLMStage, actors: Sequence[Actor], folder: Path,
     """Every actor's judged records (:func:`judge_actors`, all actors' calls on a query scored after one prefill),
     one records file each in ``folder`` (:func:`judged_path`)."""
     paths = []
-    for name, (header, records) in judge_actors(stage, actors, sources).items():
+    for name, (header, records) in judge_actors(stage, actors, sources, folder).items():
         path = judged_path(folder, stage.dataset.name, name, stage.llm["name"])
         write_records_file(path, header, records)
         paths.append(path)

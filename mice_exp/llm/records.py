@@ -261,6 +261,6 @@ def read_records_file(path: Path, dataset: str | None = None, needs: Sequence[st
     sources = {name: [r.get("sources", {}).get(name) for r in records] for name in header.get("sources", [])}
     info = {k: header[k] for k in ("n_layers", "hidden_size", "llm", "dataset", "actor", "render") if k in header}
     info |= summarise(records)
-    # keyed by the records without their sources: adding a source to a file keeps its BERTScore cache
-    key = f"records-{stable_hash([{k: v for k, v in r.items() if k != 'sources'} for r in records])}"
+    # keyed by the records' published fields, not their sources: adding a source to a file keeps its BERTScore cache
+    key = f"records-{stable_hash([{k: r[k] for k in PUBLISHED if k in r} for r in records])}"
     return StageOutput(records=records, info=info, key=key, sources=sources)
