@@ -47,6 +47,15 @@ def right(layout: str = "indented") -> dict[str, list[str]]:
     return {api: [reply(api, args, layout) for args in rows] for api, rows in GOLD.items()}
 
 
+def two_actors(folder: Path) -> Path:
+    """``first`` answers every fixture query right; ``second`` too but for one wrong ``days`` on add_date's first."""
+    actor_file(folder, "first", right())
+    wrong = right()
+    wrong["add_date"][0] = reply("add_date", {"date": "2022-10-14", "days": 9})
+    actor_file(folder, "second", wrong)
+    return folder
+
+
 def judge_stage(cache: Path, llm=None):
     return stage_of(tiny_cfg(), Paths(root=PACKAGE_ROOT, cache=cache), llm)
 
@@ -126,11 +135,7 @@ def test_judged_calls_are_kept_and_a_new_actor_scores_only_its_new_calls(tmp_pat
     from mice_exp.llm import teacher
 
     stage = judge_stage(tmp_path / "cache", tiny_llm)
-    folder = tmp_path / "actors"
-    actor_file(folder, "first", right())
-    wrong = right()
-    wrong["add_date"][0] = reply("add_date", {"date": "2022-10-14", "days": 9})
-    actor_file(folder, "second", wrong)
+    folder = two_actors(tmp_path / "actors")
     judge_actors(stage, resolve_actors(stage, "first", folder, tmp_path))
     scored = []
     shared = teacher.score_shared
@@ -186,11 +191,7 @@ def test_the_judge_s_p_true_of_a_given_call_is_its_p_true_of_that_call_alone(tmp
 
     settings = tiny_cfg(**{"sources.use": "[p_true]"})["sources"]
     stage = judge_stage(tmp_path / "cache", tiny_llm)
-    folder = tmp_path / "actors"
-    actor_file(folder, "first", right())
-    wrong = right()
-    wrong["add_date"][0] = reply("add_date", {"date": "2022-10-14", "days": 9})
-    actor_file(folder, "second", wrong)
+    folder = two_actors(tmp_path / "actors")
     judge_actors(stage, resolve_actors(stage, "first", folder, tmp_path), settings)
     asked = []
     given = judge.given_call_values

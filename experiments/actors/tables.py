@@ -9,8 +9,9 @@ reply that does not parse is not judged, as a host never hands a guard one). Eve
 queries, split as ``dataset=ste`` splits them (400 train / 150 validation / 200 test for every actor: no test
 query trains any row). Per judge, the BERTScore view of each actor's records (cached in ``.cache/features``), then:
 
-* **per actor** (holdout): raw confidence (the judge's probability of the actor's call), HRE, NWKR, MICE LR and
-  MICE RF fitted on that actor's training calls: the ceiling, what an agent's own labels buy;
+* **per actor** (holdout): raw confidence (the judge's probability of the actor's call), the judge's P(True) of the
+  call (the LLM-as-judge baseline, where the records hold it: ``mice-exp records ... sources.use=[p_true]``), HRE,
+  NWKR, MICE LR and MICE RF fitted on that actor's training calls: the ceiling, what an agent's own labels buy;
 * **leave-one-actor-out**: MICE LR / RF fitted on every other actor's training calls (their own judge features
   and labels), tested on the held-out actor's test calls: the deployment case, no label of the new agent used;
 * **pooled**: MICE LR / RF fitted on all actors' training calls (the held-out actor's included), tested on each
@@ -36,7 +37,7 @@ from mice_exp.compose import compose_config
 from mice_exp.estimation import Candidate
 from mice_exp.gate import save_gate
 from mice_exp.llm.judge import judged_path
-from mice_exp.llm.records import read_records_file
+from mice_exp.llm.records import read_records_file, read_records_header
 from mice_exp.metrics import PAPER_RISKS, etcu
 from mice_exp.paths import PACKAGE_ROOT
 from mice_exp.pipeline import Pipeline
@@ -47,14 +48,19 @@ RECORDS = ROOT / "experiments" / "records" / "actors"
 JUDGES = ("smollm2_135m", "gemma3_270m")
 MICE = ("mice_lr", "mice_rf")
 METRICS = ("smece", "brier", "auroc", "etcu_low", "etcu_medium", "etcu_high", "auc_etcu")
-NAMES = {"raw": "Raw confidence", "hre": "HRE", "nwkr": "NWKR", "mice_lr": "MICE LR", "mice_rf": "MICE RF"}
+NAMES = {"raw": "Raw confidence", "p_true": "P(True)", "hre": "HRE", "nwkr": "NWKR", "mice_lr": "MICE LR",
+         "mice_rf": "MICE RF"}
 
 
 def pipeline_for(judge: str, actor: str, records: Path, overrides: list[str]) -> Pipeline:
-    """The judge's Table-1 pipeline on one actor's judged records: MICE RF with raw / HRE / NWKR / MICE LR beside."""
+    """The judge's Table-1 pipeline on one actor's judged records: MICE RF with raw / HRE / NWKR / MICE LR beside,
+    and the judge's P(True) of the call where the records hold it (``sources.use=[p_true]`` when judging)."""
+    path = judged_path(records, "ste", actor, judge)
+    p_true = ["p_true"] if "p_true" in read_records_header(path).get("sources", []) else []
     return Pipeline.from_config(compose_config([
-        f"llm={judge}", f"actor={actor}", f"llm.records={judged_path(records, 'ste', actor, judge)}",
-        "estimator=mice_rf", "compare_with=[raw,hre,nwkr,mice_lr]", "tracking.enabled=false", "n_jobs=1", *overrides]))
+        f"llm={judge}", f"actor={actor}", f"llm.records={path}", "estimator=mice_rf",
+        f"compare_with=[{','.join(['raw', *p_true, 'hre', 'nwkr', 'mice_lr'])}]", "tracking.enabled=false", "n_jobs=1",
+        *overrides]))
 
 
 def actors_of(judge: str, records: Path) -> list[str]:
