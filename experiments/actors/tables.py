@@ -21,12 +21,14 @@ Every row: smECE, Brier, AUROC, ETCU at tau = 0.1 / 0.5 / 0.9 and AUC-ETCU on th
 where a row beats the actor's HRE / NWKR (paired permutation test, p < 0.05, the run's 1000 permutations, seed 0),
 and the gains over raw confidence with 95% paired bootstrap intervals (:func:`mice_exp.report.paper_terms.paper_terms`).
 Writes ``<out>/predictions.csv`` (every row's test predictions), ``<out>/rows.csv`` (every row's metrics),
-``<out>/gains.csv``, ``<out>/summary.csv`` and prints the markdown the README quotes.
+``<out>/gains.csv``, ``<out>/summary.csv``, and ``<out>/tables.md`` (every row, the summary, the own calls and the
+localisation as markdown; the README quotes it).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -211,11 +213,12 @@ def main() -> None:
     located.to_csv(out / "localization.csv", index=False)
     summary = summarise(table, gains)
     summary.to_csv(out / "summary.csv", index=False)
-    print(markdown(table))
-    print(md(summary))
-    if own:
-        print(md(pd.DataFrame(own)))
-    print(md(located.groupby(["judge", "rule"], as_index=False)[["localization", "random argument"]].mean()))
+    located = located.groupby(["judge", "rule"], as_index=False)[["localization", "random argument"]].mean()
+    text = "\n\n".join([f"# Every row of every actor x judge ({' '.join(['python', *sys.argv])})", markdown(table),
+                         "## Summary", md(summary), "## Own calls, as written and canonical",
+                         md(pd.DataFrame(own)) if own else "(none)", "## Argument localisation", md(located)])
+    (out / "tables.md").write_text(text + "\n")
+    print(text)
 
 
 def md(frame: pd.DataFrame) -> str:
