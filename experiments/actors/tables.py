@@ -202,23 +202,34 @@ def main() -> None:
         rows += r
         preds += p
         places += where
-    table = pd.DataFrame(rows)
-    long = pd.concat(preds, ignore_index=True)
+    judges = args.judges.split(",")
+    table = with_other_judges(out / "rows.csv", pd.DataFrame(rows), judges)
+    long = with_other_judges(out / "predictions.csv", pd.concat(preds, ignore_index=True), judges)
+    own = with_other_judges(out / "own_calls.csv", pd.DataFrame(own), judges)
+    located = with_other_judges(out / "localization.csv", pd.DataFrame(places), judges)
     long.to_csv(out / "predictions.csv", index=False)
     table.to_csv(out / "rows.csv", index=False)
     gains = paper_terms(long, references=("raw",))
     gains.to_csv(out / "gains.csv", index=False)
-    pd.DataFrame(own).to_csv(out / "own_calls.csv", index=False)
-    located = pd.DataFrame(places)
+    own.to_csv(out / "own_calls.csv", index=False)
     located.to_csv(out / "localization.csv", index=False)
     summary = summarise(table, gains)
     summary.to_csv(out / "summary.csv", index=False)
     located = located.groupby(["judge", "rule"], as_index=False)[["localization", "random argument"]].mean()
     text = "\n\n".join([f"# Every row of every actor x judge ({' '.join(['python', *sys.argv])})", markdown(table),
                          "## Summary", md(summary), "## Own calls, as written and canonical",
-                         md(pd.DataFrame(own)) if own else "(none)", "## Argument localisation", md(located)])
+                         md(own) if len(own) else "(none)", "## Argument localisation", md(located)])
     (out / "tables.md").write_text(text + "\n")
     print(text)
+
+
+def with_other_judges(path: Path, frame: pd.DataFrame, judges: list[str]) -> pd.DataFrame:
+    """``frame`` (this run's judges) after the rows of the other judges that ``path`` already holds: each judge's
+    tables take an hour of CPU, so a run for one judge keeps what a run for the other wrote."""
+    if not path.is_file():
+        return frame
+    held = pd.read_csv(path)
+    return pd.concat([held[~held["judge"].isin(judges)], frame], ignore_index=True)
 
 
 def md(frame: pd.DataFrame) -> str:
