@@ -27,6 +27,7 @@ from mice_exp.cache import file_sha256, read_jsonl, write_json, write_jsonl
 from mice_exp.data.records import Example
 from mice_exp.discover import class_path, type_path
 from mice_exp.errors import UserError
+from mice_exp.jsonable import jsonable
 from mice_exp.llm.prompt import load_template, template_problem
 
 if TYPE_CHECKING:  # annotations only
@@ -72,17 +73,6 @@ def trusted_types() -> frozenset[str]:
     the feature view classes."""
     classes = estimator_classes()
     return frozenset(classes).union(view_classes(), *(cls.holds for cls in classes.values()))
-
-
-def _jsonable(value: Any) -> Any:
-    """Estimator params as JSON (numpy scalars unwrapped)."""
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        return value.item()
-    return value
 
 
 def risk_entry(risk_cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -184,7 +174,7 @@ def save_gate(
         "seed": study.seed,
         "estimator": {
             "key": study.main.key, "name": study.main.name,
-            "class": class_path(estimator), "params": _jsonable(estimator.get_params()), "source": "raw",
+            "class": class_path(estimator), "params": jsonable(estimator.get_params()), "source": "raw",
             "input_kind": estimator.input_kind, "file": ESTIMATOR_FILE, "sha256": file_sha256(folder / ESTIMATOR_FILE),
         },
         "demo_pool": {"file": POOL_FILE, "size": len(demo_pool), "sha256": file_sha256(folder / POOL_FILE)},
