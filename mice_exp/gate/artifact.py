@@ -52,27 +52,15 @@ FEATURE_IDENTITY = ("view", "layers", "confidence", "components", "sources")
 ENCODER_IDENTITY = ("model", "num_layers")
 
 
-def estimator_classes() -> dict[str, type]:
-    """The estimator classes a gate may hold (what ``gate.json`` may name), by class path: those
-    :mod:`mice_exp.estimators` exports, so a new estimator needs no list here."""
-    from mice_exp.estimators import estimator_classes as exported  # loads sklearn, scipy
-
-    return {type_path(cls): cls for cls in exported()}
-
-
-def view_classes() -> dict[str, type]:
-    """The feature view classes a gate may hold, by class path: those :mod:`mice_exp.features` finds."""
-    from mice_exp.features import view_classes as defined  # loads sklearn
-
-    return {type_path(cls): cls for cls in defined()}
-
-
 def trusted_types() -> frozenset[str]:
     """Every type a gate's skops files may build beyond skops' own defaults (numpy, scipy, scikit-learn, a
-    PCA included): the estimator classes, the types each declares its fitted state holds (``holds``) and
-    the feature view classes."""
-    classes = estimator_classes()
-    return frozenset(classes).union(view_classes(), *(cls.holds for cls in classes.values()))
+    PCA included): the estimator classes (:func:`mice_exp.estimators.estimator_classes`), the types each declares
+    its fitted state holds (``holds``) and the feature view classes (:func:`mice_exp.features.view_classes`)."""
+    from mice_exp.estimators import estimator_classes  # loads sklearn, scipy
+    from mice_exp.features import view_classes  # loads sklearn
+
+    estimators = estimator_classes()
+    return frozenset(map(type_path, [*estimators, *view_classes()])).union(*(cls.holds for cls in estimators))
 
 
 def risk_entry(risk_cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,7 +79,9 @@ def check_estimator(estimator: Any, columns: Sequence[str]) -> None:
     """A fitted estimator of an allowed class whose input width matches the feature columns."""
     from sklearn.utils.validation import check_is_fitted
 
-    if class_path(estimator) not in estimator_classes():
+    from mice_exp.estimators import estimator_classes  # loads sklearn, scipy
+
+    if class_path(estimator) not in map(type_path, estimator_classes()):
         raise UserError(f"a gate holds one of the mice_exp estimators; got {class_path(estimator)}")
     check_is_fitted(estimator)
     width = 1 if estimator.input_kind == "confidence" else len(columns)
@@ -227,17 +217,21 @@ def read_spec(folder: Path) -> dict[str, Any]:
 
 def load_estimator(path: Path, expected_class: str) -> Any:
     """The fitted estimator in a skops file (:func:`load_skops`)."""
+    from mice_exp.estimators import estimator_classes  # loads sklearn, scipy
+
     return load_skops(path, expected_class, estimator_classes(), "estimator")
 
 
 def load_view(path: Path, expected_class: str) -> Any:
     """The run's fitted feature view in a skops file (:func:`load_skops`)."""
+    from mice_exp.features import view_classes  # loads sklearn
+
     return load_skops(path, expected_class, view_classes(), "view")
 
 
-def load_skops(path: Path, expected_class: str, classes: Mapping[str, type], what: str) -> Any:
-    """The object of ``expected_class`` in a skops file, refusing any type outside :func:`trusted_types` and
-    any class outside ``classes`` (what a gate's ``what`` may be).
+def load_skops(path: Path, expected_class: str, classes: Sequence[type], what: str) -> Any:
+    """The object of ``expected_class`` (a class path) in a skops file, refusing any type outside
+    :func:`trusted_types` and any class outside ``classes`` (what a gate's ``what`` may be).
 
     skops reconstructs objects from a JSON schema and .npy arrays (read with allow_pickle=False);
     it imports and instantiates only the types passed as ``trusted`` (plus its own defaults), so
@@ -245,9 +239,9 @@ def load_skops(path: Path, expected_class: str, classes: Mapping[str, type], wha
     """
     import skops.io as sio
 
-    if expected_class not in classes:
+    if expected_class not in map(type_path, classes):
         raise UserError(f"{path.parent / SPEC_FILE} names {what} class {expected_class!r}; "
-                        f"a gate holds one of {', '.join(cls.__name__ for cls in classes.values())}")
+                        f"a gate holds one of {', '.join(cls.__name__ for cls in classes)}")
     data = path.read_bytes()
     try:
         found = sio.get_untrusted_types(data=data)
