@@ -28,6 +28,7 @@ from mice_exp.estimators import (
     TemperatureScaling,
     estimator_classes,
 )
+from mice_exp.estimators.inputs import BaseAndRepresentation, OneConfidence
 
 ESTIMATORS = [
     RawConfidence(),
@@ -56,13 +57,14 @@ OWN_MATRIX = ("check_fit_score_takes_y", "check_estimators_overwrite_params", "c
               "check_classifiers_train", "check_supervised_y_2d", "check_methods_sample_order_invariance",
               "check_methods_subset_invariance", "check_fit2d_1sample", "check_dict_unchanged", "check_fit_idempotent",
               "check_fit_check_is_fitted", "check_n_features_in", "check_fit2d_predict1d")
-LAYOUT = {"confidence": "feeds several columns of any sign; a calibrator reads one confidence in [0, 1]",
-          "field": "feeds a plain matrix; a field correction reads the named blocks base__* and representation__*"}
+LAYOUT = {OneConfidence: "feeds several columns of any sign; a calibrator reads one confidence in [0, 1]",
+          BaseAndRepresentation: "feeds a plain matrix; a field correction reads the named blocks base__* and "
+                                 "representation__*"}
 
 
 def expected_failed_checks(estimator: ConfidenceEstimator) -> dict[str, str]:
     """What cannot hold for ``estimator``, and why."""
-    layout = LAYOUT.get(estimator.input_kind)
+    layout = LAYOUT.get(type(estimator.reads))
     return OTHER_LABELS | ({check: layout for check in OWN_MATRIX} if layout else {})
 
 

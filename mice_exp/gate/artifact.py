@@ -29,6 +29,7 @@ from mice_exp.discover import class_path, type_path
 from mice_exp.errors import UserError
 from mice_exp.jsonable import jsonable
 from mice_exp.llm.prompt import load_template, template_problem
+from mice_exp.needs import RAW
 
 if TYPE_CHECKING:  # annotations only
     from mice_exp.metrics import Risk
@@ -84,7 +85,8 @@ def check_estimator(estimator: Any, columns: Sequence[str]) -> None:
     if class_path(estimator) not in map(type_path, estimator_classes()):
         raise UserError(f"a gate holds one of the mice_exp estimators; got {class_path(estimator)}")
     check_is_fitted(estimator)
-    width = 1 if estimator.input_kind == "confidence" else len(columns)
+    names = estimator.input_columns(columns)  # None: X names blocks of its own, which a gate refuses before
+    width = len(columns if names is None else names)
     if getattr(estimator, "n_features_in_", width) != width:
         raise UserError(f"{type(estimator).__name__} was fitted on {estimator.n_features_in_} columns; "
                         f"the feature view has {width} ({', '.join(columns[:5])}{', ...' if len(columns) > 5 else ''})")
@@ -164,8 +166,8 @@ def save_gate(
         "seed": study.seed,
         "estimator": {
             "key": study.main.key, "name": study.main.name,
-            "class": class_path(estimator), "params": jsonable(estimator.get_params()), "source": "raw",
-            "input_kind": estimator.input_kind, "file": ESTIMATOR_FILE, "sha256": file_sha256(folder / ESTIMATOR_FILE),
+            "class": class_path(estimator), "params": jsonable(estimator.get_params()), "source": RAW,
+            "input_kind": estimator.reads.name, "file": ESTIMATOR_FILE, "sha256": file_sha256(folder / ESTIMATOR_FILE),
         },
         "demo_pool": {"file": POOL_FILE, "size": len(demo_pool), "sha256": file_sha256(folder / POOL_FILE)},
         "dataset": dict(stage.dataset.settings),
