@@ -8,6 +8,7 @@ know about (:mod:`mice_exp.gate.command`) need it: living in either made them im
 from __future__ import annotations
 
 import inspect
+from functools import cache
 from typing import Any, Mapping, Sequence
 
 from hydra import compose, initialize_config_dir
@@ -70,6 +71,16 @@ def as_plain(cfg: DictConfig | dict) -> dict[str, Any]:
 def group_options(group: str) -> list[str]:
     """The options of a config group in ``conf/`` (what ``group=NAME`` accepts)."""
     return sorted(p.stem for p in (project_root() / "conf" / group).glob("*.yaml"))
+
+
+@cache
+def estimator_names() -> dict[str, str]:
+    """What each ``conf/estimator`` entry calls its rows (``name``), by the ``key`` its runs log it under, as its
+    file resolves alone (a field correction's by its default base): the names a report gives reference rows, so
+    that a new estimator is named by its own YAML."""
+    entries = [OmegaConf.load(project_root() / "conf" / "estimator" / f"{name}.yaml")
+               for name in group_options("estimator")]
+    return {str(entry.key): str(entry.name) for entry in entries}
 
 
 def store_baselines() -> None:
