@@ -93,7 +93,8 @@ def test_flattening_resolves_omegaconf_and_numpy_values():
 def test_numpy_values_are_written_as_python_ones():
     """What a gate's ``gate.json``, an MLflow artifact and a param are written from (``json.dumps`` of a numpy
     integer fails, and ``default=str`` writes it as a string)."""
-    value = {"n": np.int64(7), 1: (np.float32(0.5), np.arange(2)), "path": Path("a/b"), "cfg": OmegaConf.create({"x": 1})}
+    value = {"n": np.int64(7), 1: (np.float32(0.5), np.arange(2)), "path": Path("a/b"),
+             "cfg": OmegaConf.create({"x": 1})}
     assert jsonable(value) == {"n": 7, "1": [0.5, [0, 1]], "path": "a/b", "cfg": {"x": 1}}
     assert json.dumps(jsonable(np.float64(0.25))) == "0.25"
 

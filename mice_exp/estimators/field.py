@@ -4,7 +4,8 @@
 X holds two named blocks side by side (:mod:`mice_exp.estimators.blocks`): ``base__*``, the base
 estimator's own input (the raw confidence, the feature view, ...), and ``representation__*``, a
 representation of the example (by default the final layer's hidden state at the last prompt token);
-:meth:`~mice_exp.estimators.ConfidenceEstimator.design` assembles them, and ``fit`` learns ``base_width_`` from the names.
+its ``design`` assembles them (:class:`~mice_exp.estimators.inputs.BaseAndRepresentation`), and ``fit``
+learns ``base_width_`` from the names.
 
 Fitting needs residuals y - f on points whose f the base did not see: a random forest predicts
 its own training rows almost perfectly, so in-sample residuals would show no miscalibration at

@@ -2,8 +2,8 @@
 
 X is one LLM-stage array (``representation``: "last_token", "first_token" or "mean_pool") with its
 L layers side by side, [N, L * d], columns named ``layer<l>__<j>`` (:func:`mice_exp.estimators.blocks.layers`;
-:meth:`~mice_exp.estimators.ConfidenceEstimator.design` builds it): ``fit`` learns ``n_layers_`` from the names. X without
-layer names is one layer's state.
+the estimator's ``design`` builds it, :class:`~mice_exp.estimators.inputs.HiddenStates`): ``fit`` learns
+``n_layers_`` from the names. X without layer names is one layer's state.
 """
 
 from __future__ import annotations
