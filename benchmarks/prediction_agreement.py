@@ -39,7 +39,7 @@ def predictions(records: Path, args: argparse.Namespace) -> tuple[Any, np.ndarra
     pipeline = Pipeline.from_config(cfg)
     fs = pipeline.features(pipeline.stage_output())
     main = pipeline.study.main
-    reads_view = getattr(main.estimator, "input_kind", "features") != "confidence"
+    reads_view = main.estimator.input_columns(fs.columns, main.source) != [main.source]
     return fs, pipeline.protocol.predict(main.estimator, fs, main.source)[0], reads_view
 
 

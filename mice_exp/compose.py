@@ -8,9 +8,11 @@ know about (:mod:`mice_exp.gate.command`) need it: living in either made them im
 from __future__ import annotations
 
 import inspect
+from functools import cache
 from typing import Any, Mapping, Sequence
 
 from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException, InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -69,6 +71,26 @@ def as_plain(cfg: DictConfig | dict) -> dict[str, Any]:
 def group_options(group: str) -> list[str]:
     """The options of a config group in ``conf/`` (what ``group=NAME`` accepts)."""
     return sorted(p.stem for p in (project_root() / "conf" / group).glob("*.yaml"))
+
+
+@cache
+def estimator_names() -> dict[str, str]:
+    """What each ``conf/estimator`` entry calls its rows (``name``), by the ``key`` its runs log it under, as its
+    file resolves alone (a field correction's by its default base): the names a report gives reference rows, so
+    that a new estimator is named by its own YAML."""
+    entries = [OmegaConf.load(project_root() / "conf" / "estimator" / f"{name}.yaml")
+               for name in group_options("estimator")]
+    return {str(entry.key): str(entry.name) for entry in entries}
+
+
+def store_baselines() -> None:
+    """``baselines: all`` of ``conf/config.yaml``: every ``conf/estimator`` entry again under ``baselines.<name>``,
+    composed by Hydra so that a command-line override reaches it (``baselines.hre.model.n_bins=20``), with no list
+    to extend for a new estimator file. Stored in Hydra's ConfigStore as Hydra starts, before it composes anything
+    (``hydra_plugins/mice_exp_conf``); an estimator file outside ``conf/`` (``hydra.searchpath``) is added with
+    ``+estimator@baselines.NAME=NAME``."""
+    entries = [{f"/estimator@{name}": name} for name in group_options("estimator")]
+    ConfigStore.instance().store(group="baselines", name="all", node={"defaults": entries}, provider="mice_exp")
 
 
 def build_object(node: Mapping[str, Any], group: str, kind: type, labels: Mapping[str, str | None]) -> Any:

@@ -21,7 +21,7 @@ from joblib import Parallel, delayed
 from mice_exp.errors import UserError
 from mice_exp.metrics import ALPHA, PAPER_RISKS, Risk, etcu, evaluate, permutation_test
 from mice_exp.metrics.registry import METRICS, TABLE1, metric, table_metrics
-from mice_exp.needs import Needs
+from mice_exp.needs import RAW, Needs
 from mice_exp.tracking.schema import MARKS, action_belief_key, agent_key, pvalue_key, trajectory_key
 
 #: The console table's columns (MICE Table 1's).
@@ -46,7 +46,7 @@ class Candidate:
     key: str
     name: str
     estimator: Any
-    source: str = "raw"
+    source: str = RAW
 
     @property
     def needs(self) -> Needs:
@@ -79,7 +79,7 @@ def build_estimator(entry: Mapping[str, Any], baselines: Mapping[str, Any] | Non
 
 def candidate(entry: Mapping[str, Any], baselines: Mapping[str, Any] | None = None) -> Candidate:
     """A composed ``conf/estimator`` entry as an unfitted :class:`Candidate`."""
-    return Candidate(entry["key"], entry["name"], build_estimator(entry, baselines), entry.get("source", "raw"))
+    return Candidate(entry["key"], entry["name"], build_estimator(entry, baselines), entry.get("source", RAW))
 
 
 def risks_from(cfg_risk: Mapping[str, Any]) -> dict[str, Risk]:
@@ -158,9 +158,10 @@ class Study:
 
 
 def feature_weights(row: Row, columns: list[str]) -> tuple[np.ndarray, str] | None:
-    """Random-forest importances or logistic-regression coefficients (MICE Figures 5, 6)."""
+    """Random-forest importances or logistic-regression coefficients (MICE Figures 5, 6) of an estimator whose X
+    is the feature view's ``columns``."""
     model = getattr(row.estimator, "model_", None)
-    if getattr(row.estimator, "input_kind", None) != "features" or model is None:
+    if model is None or row.estimator.input_columns(columns) != list(columns):
         return None
     if hasattr(model, "feature_importances_"):
         return model.feature_importances_, "importance"

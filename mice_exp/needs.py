@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+#: The raw confidence (the LLM's own token probability of its call): every record holds it, so reading it needs
+#: nothing of a run; the confidence a calibrator reads unless its ``conf/estimator`` entry names another ``source``.
+RAW = "raw"
+
 
 @dataclass(frozen=True)
 class Needs:

@@ -26,6 +26,7 @@ from mice_exp.llm.records import ARRAYS, Record, StageOutput
 from mice_exp.llm.sources import SOURCES
 from mice_exp.llm.stage import LLMStage
 from mice_exp.llm.toolcall import call_format
+from mice_exp.needs import RAW
 from mice_exp.paths import Paths, paths_from
 from mice_exp.tracking import hydra_tags, schema, tracked_run
 from mice_exp.tracking.dashboard import run_name
@@ -132,14 +133,13 @@ class Pipeline:
         """Why a gate cannot rebuild this pipeline's inputs for a new query (None when it can). Every feature view
         can: the gate keeps the fitted one."""
         main = self.study.main
-        if main.estimator.input_kind == "field":
-            return (f"estimator={main.key}: a field correction holds a torch network, which a gate "
-                    "does not save yet; expected an estimator without a base")
+        if main.estimator.gate_refuses:
+            return f"estimator={main.key}: {main.estimator.gate_refuses}"
         if main.needs.arrays:  # a field correction's representation was refused above, with its base
             return (f"estimator={main.key}: it reads the LLM's {', '.join(sorted(main.needs.arrays))} hidden states, "
                     "which a gate does not keep for new queries yet; expected an estimator on the confidence or the "
                     "feature view")
-        if main.source != "raw":
+        if main.source != RAW:
             return (f"estimator.source={main.source!r}: a gate computes the raw confidence only, not the "
                     f"{main.source} source (mice_exp.llm.sources); expected an estimator on the raw confidence or the "
                     "feature view")

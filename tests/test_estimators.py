@@ -31,6 +31,7 @@ from mice_exp.estimators import (
     TemperatureScaling,
 )
 from mice_exp.estimators.blocks import side_by_side
+from mice_exp.estimators.inputs import BaseAndRepresentation, OneConfidence
 from mice_exp.needs import Needs
 
 ESTIMATOR_CONF = Path(__file__).resolve().parents[1] / "conf" / "estimator"
@@ -69,9 +70,9 @@ def toy_data(n: int = 120, n_features: int = 6, seed: int = 0) -> tuple[np.ndarr
 def view(estimator: ConfidenceEstimator, X: np.ndarray):
     """What the estimator reads of toy_data: the raw confidence, every column, or (a field correction)
     its base's raw confidence beside the other columns as a representation."""
-    if estimator.input_kind == "field":
+    if isinstance(estimator.reads, BaseAndRepresentation):
         return side_by_side({"base": X[:, -1:], "representation": X[:, :-1]})
-    return X[:, -1:] if estimator.input_kind == "confidence" else X
+    return X[:, -1:] if isinstance(estimator.reads, OneConfidence) else X
 
 
 # --- configuration ------------------------------------------------------------------------
@@ -123,7 +124,7 @@ def test_fit_predict_proba_and_clone(estimator: ConfidenceEstimator) -> None:
 
 
 @pytest.mark.parametrize(
-    "estimator", [e for e in SMALL if e.input_kind == "confidence"], ids=ids
+    "estimator", [e for e in SMALL if isinstance(e.reads, OneConfidence)], ids=ids
 )
 def test_confidence_estimators_take_one_column_in_the_unit_interval(
     estimator: ConfidenceEstimator,

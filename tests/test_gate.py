@@ -19,6 +19,7 @@ from mice_exp.cache import file_sha256, write_json
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.errors import UserError
 from mice_exp.estimators import MiceLogisticRegression, estimator_classes
+from mice_exp.estimators.inputs import OneConfidence
 from mice_exp.features import build_features
 from mice_exp.gate import Gate, parse_query, read_queries, read_spec, save_gate
 from mice_exp.llm.records import read_stage
@@ -334,7 +335,7 @@ def test_a_new_estimator_module_is_trusted_without_an_export(monkeypatch, tmp_pa
     sys.modules.pop("mice_exp.estimators.scaled", None)
 
 
-@pytest.mark.parametrize("estimator", [cls() for cls in estimator_classes() if cls.input_kind != "field"],
+@pytest.mark.parametrize("estimator", [cls() for cls in estimator_classes() if cls.gate_refuses is None],
                          ids=lambda e: type(e).__name__)
 def test_every_estimator_a_gate_may_hold_loads_with_the_types_it_declares(estimator, tmp_path):
     """A fitted estimator holds only skops' defaults and what its class declares (``holds``), so no
@@ -347,7 +348,7 @@ def test_every_estimator_a_gate_may_hold_loads_with_the_types_it_declares(estima
     if "n_estimators" in estimator.get_params():
         estimator.set_params(n_estimators=3, n_jobs=1)
     rng = np.random.default_rng(0)
-    X, y = rng.random((40, 1 if estimator.input_kind == "confidence" else 4)), np.arange(40) % 2
+    X, y = rng.random((40, 1 if isinstance(estimator.reads, OneConfidence) else 4)), np.arange(40) % 2
     path = tmp_path / "estimator.skops"
     path.write_bytes(sio.dumps(estimator.fit(X, y)))
     assert set(sio.get_untrusted_types(file=path)) <= trusted_types()

@@ -10,7 +10,7 @@ from mice_exp.errors import UserError
 from mice_exp.estimators import BestLayerProbe, LinearProbe, MahalanobisConfidence
 from mice_exp.estimators.blocks import layers
 from mice_exp.features import FeatureSet
-from mice_exp.protocols import holdout, inputs
+from mice_exp.protocols import holdout
 
 
 def states(n: int = 80, n_layers: int = 3, d: int = 4, signal_layer: int = 3, seed: int = 0):
@@ -103,7 +103,7 @@ def test_the_protocol_hands_a_probe_every_layer_of_its_representation(tmp_path) 
     write_jsonl(tmp_path / "shard-00000.jsonl", [{"id": str(i)} for i in range(6)])
     write_npz(tmp_path / "shard-00000.npz", {"last_token": X.to_numpy().reshape(6, 3, 4).astype(np.float32)})
     probe = LinearProbe()
-    X = inputs(probe, feature_set(tmp_path))
+    X = probe.design(feature_set(tmp_path))
     assert X.shape == (6, 12) and list(X.columns[[0, 4, 11]]) == ["layer1__0", "layer2__0", "layer3__3"]
     p, fitted = holdout(probe, feature_set(tmp_path))
     assert p.shape == (2,) and fitted.n_layers_ == 3
@@ -113,5 +113,5 @@ def test_the_protocol_hands_a_probe_every_layer_of_its_representation(tmp_path) 
 @pytest.mark.parametrize("make_dir", [lambda tmp: None, lambda tmp: tmp], ids=["no cache", "no arrays"])
 def test_a_cache_without_hidden_states_is_one_user_error_line(tmp_path, make_dir) -> None:
     with pytest.raises(UserError, match="hidden states") as error:
-        inputs(LinearProbe(), feature_set(make_dir(tmp_path)))
+        LinearProbe().design(feature_set(make_dir(tmp_path)))
     assert "\n" not in str(error.value)

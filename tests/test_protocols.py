@@ -20,10 +20,12 @@ class SpyEstimator(BaseEstimator):
     """Reads row numbers from column 0 and remembers what it trained on and what it predicted;
     its confidence for a row is the row number / 1000, so the protocol's output order can be checked."""
 
-    input_kind = "features"
-
     def __init__(self, fs: FeatureSet | None = None):
         self.fs = fs
+
+    def design(self, fs: FeatureSet, source: str) -> np.ndarray:
+        """What a protocol hands it: the feature view (column 0 the row number)."""
+        return fs.X
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> SpyEstimator:
         rows = X[:, 0].astype(int)

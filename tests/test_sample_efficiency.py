@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from mice_exp.estimators import HistogramRegression, MiceLogisticRegression, MiceRandomForest
 from mice_exp.estimators.base import FallbackWarning
+from mice_exp.estimators.inputs import BaseAndRepresentation
 from mice_exp.features import FeatureSet
 from mice_exp.protocols.sample_efficiency import (
     TABLE_COLUMNS,
@@ -212,7 +213,7 @@ class FieldLike(MiceLogisticRegression):
     """Routed like a field correction (its base's input, then a representation: here the feature view);
     records the width of every matrix it is fitted on."""
 
-    input_kind = "field"
+    reads = BaseAndRepresentation()
     representation = "features"
     widths: list = []
 
@@ -228,13 +229,12 @@ class FieldLike(MiceLogisticRegression):
 def test_estimators_share_an_input_matrix_only_when_their_inputs_are_identical(fs):
     """The latent bug of the string-keyed slots: a field correction and a calibrator of the same
     confidence got one cached matrix. Slots are now the inputs' content, so they cannot collide."""
-    from mice_exp.protocols.base import inputs
     from mice_exp.protocols.sample_efficiency import input_slot
 
     field, calibrator = FieldLike(base=HistogramRegression()), HistogramRegression()
-    assert inputs(field, fs).shape[1] == 1 + fs.X.shape[1] and inputs(calibrator, fs).shape[1] == 1
-    assert input_slot(inputs(field, fs)) != input_slot(inputs(calibrator, fs))
-    assert input_slot(inputs(calibrator, fs)) == input_slot(inputs(HistogramRegression(), fs))
+    assert field.design(fs).shape[1] == 1 + fs.X.shape[1] and calibrator.design(fs).shape[1] == 1
+    assert input_slot(field.design(fs)) != input_slot(calibrator.design(fs))
+    assert input_slot(calibrator.design(fs)) == input_slot(HistogramRegression().design(fs))
     FieldLike.widths = []
     sample_efficiency_scores({"hre": calibrator, "field": field}, fs, sizes=(30,), trials=1, n_jobs=1)
     assert FieldLike.widths == [1 + fs.X.shape[1]] * 2  # 2 groups of 30; never HRE's single column

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from mice_exp.errors import UserError
+from mice_exp.jsonable import jsonable
 from mice_exp.paths import PACKAGE_ROOT
 from mice_exp.tracking import (
     NullRun,
@@ -86,6 +88,15 @@ def test_flattening_resolves_omegaconf_and_numpy_values():
     assert flatten_params(cfg) == {"a": "3", "b": "3", "c.x": "0.5"}
     assert flatten_params({"x": np.float32(0.5), "n": np.int64(7), "v": [np.int64(1)]}) == {
         "n": "7", "v": "[1]", "x": "0.5"}
+
+
+def test_numpy_values_are_written_as_python_ones():
+    """What a gate's ``gate.json``, an MLflow artifact and a param are written from (``json.dumps`` of a numpy
+    integer fails, and ``default=str`` writes it as a string)."""
+    value = {"n": np.int64(7), 1: (np.float32(0.5), np.arange(2)), "path": Path("a/b"),
+             "cfg": OmegaConf.create({"x": 1})}
+    assert jsonable(value) == {"n": 7, "1": [0.5, [0, 1]], "path": "a/b", "cfg": {"x": 1}}
+    assert json.dumps(jsonable(np.float64(0.25))) == "0.25"
 
 
 def test_flattening_sanitises_keys_without_merging_them():

@@ -1,8 +1,8 @@
 """Confidence estimators: sklearn classifiers whose predict_proba[:, 1] is P(the tool call is correct).
 
-Each class says through ``input_kind`` whether it reads the raw confidence ("confidence", one
-column), the feature view ("features"), every layer of an LLM hidden-state array ("hidden") or a
-base input beside a representation ("field"). Build them from ``conf/estimator/<name>.yaml`` with
+Each class declares what it reads (``reads``, :mod:`mice_exp.estimators.inputs`): one confidence, the
+feature view, every layer of an LLM hidden-state array, or a base's input beside a representation; its
+``design`` builds that X from a run's feature set. Build them from ``conf/estimator/<name>.yaml`` with
 ``hydra.utils.instantiate(cfg.estimator.model)``; a new estimator is its module in this package and the
 YAML whose ``_target_`` names it (one defined elsewhere: exported here): :func:`estimator_classes` finds
 it, and a gate trusts it (:func:`mice_exp.gate.artifact.trusted_types`).

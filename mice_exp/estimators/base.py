@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from abc import ABCMeta, abstractmethod
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -13,8 +13,14 @@ from sklearn.utils import Tags
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from mice_exp.estimators.inputs import Reads
 from mice_exp.metrics.validation import check_labels
-from mice_exp.needs import Needs
+from mice_exp.needs import RAW, Needs
+
+if TYPE_CHECKING:  # annotations only
+    import pandas as pd
+
+    from mice_exp.features import FeatureSet
 
 
 class FallbackWarning(UserWarning):
@@ -24,29 +30,43 @@ class FallbackWarning(UserWarning):
 class ConfidenceEstimator(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
     """Binary classifier of "the call is correct" whose predict_proba[:, 1] is the confidence.
 
-    ``input_kind`` says which view of the data X must be: "confidence" (one column, the raw
-    confidence in [0, 1]), "features" (the feature-view matrix), "hidden" (every layer of an LLM
-    hidden-state array) or "field" (a base's input beside a representation); :meth:`needs` turns it
-    into what a run must provide (checked with the config, before any model loads). An estimator
-    whose X holds several blocks learns their layout in ``fit`` from the column names
-    (:mod:`mice_exp.estimators.blocks`). Subclasses implement ``_fit(X, y)`` and ``_predict(X) -> p``;
+    ``reads`` declares what X is (:mod:`mice_exp.estimators.inputs`: one confidence in [0, 1], the
+    feature-view matrix, every layer of an LLM hidden-state array, or a base's input beside a
+    representation): :meth:`design` builds X from a run's feature set, :meth:`needs` says what the run
+    must provide for it (checked with the config, before any model loads). An estimator whose X holds
+    several blocks learns their layout in ``fit`` from the column names (:mod:`mice_exp.estimators.blocks`).
+    Subclasses implement ``_fit(X, y)`` and ``_predict(X) -> p``;
     this class validates inputs and owns the guard: training on a single class or on NaN/inf
     features warns and falls back to predicting the training base rate for every example (the best
     constant, and never a crash mid-sweep); rows with NaN/inf at prediction time get the base rate
     too. Estimators with ``learns = False`` ignore their training data, so they skip the training check.
     """
 
-    input_kind: ClassVar[Literal["confidence", "features", "hidden", "field"]]
+    #: What X is: built, named and checked by this declaration, never by asking which kind it is.
+    reads: ClassVar[Reads]
     #: False for estimators that ignore the training data, which therefore cannot be untrainable.
     learns: ClassVar[bool] = True
     #: Types beyond skops' defaults (numpy, scipy, scikit-learn) that a fitted instance holds: a gate trusts
     #: them when it loads one (:func:`mice_exp.gate.artifact.trusted_types`).
     holds: ClassVar[tuple[str, ...]] = ()
+    #: Why a gate cannot save a fitted instance (None: it can), said before a run that would save one.
+    gate_refuses: ClassVar[str | None] = None
 
-    def needs(self, source: str = "raw") -> Needs:
+    def design(self, fs: FeatureSet, source: str = RAW) -> np.ndarray | pd.DataFrame:
+        """X for every record of ``fs`` (a :class:`~mice_exp.features.FeatureSet`), as :attr:`reads` declares it;
+        ``source``: the confidence a calibrator reads (``estimator.source``)."""
+        return self.reads.design(self, fs, source)
+
+    def input_columns(self, view_columns: Sequence[str], source: str = RAW) -> list[str] | None:
+        """The names of X's columns when they follow from the view's ``view_columns`` (the confidence a calibrator
+        reads, the view's own), None when X names its own blocks (hidden states, a field correction's)."""
+        return self.reads.columns(self, view_columns, source)
+
+    def needs(self, source: str = RAW) -> Needs:
         """What X is made of beyond the feature view (whose own needs the view declares): the confidence
-        ``source`` a calibrator reads (``estimator.source``; the raw confidence comes with every record)."""
-        return Needs.of(sources={source} - {"raw"} if self.input_kind == "confidence" else ())
+        ``source`` a calibrator reads (``estimator.source``; the raw confidence comes with every record), the
+        hidden states a probe reads."""
+        return self.reads.needs(self, source)
 
     def __sklearn_tags__(self) -> Tags:
         tags = super().__sklearn_tags__()
@@ -62,7 +82,7 @@ class ConfidenceEstimator(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
             raise ValueError(f"Only binary classification is supported: y says whether each call is correct (0 or 1); "
                              f"got {np.unique(y).size} classes")
         y = check_labels(y)
-        self._check_view(X)
+        self.reads.check(self, X)
         self._learn_layout()
         self.classes_ = np.array([0, 1])
         self.base_rate_ = float(y.mean())
@@ -83,7 +103,7 @@ class ConfidenceEstimator(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
         """Columns [P(incorrect), P(correct)], one row per example."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=False)
-        self._check_view(X)
+        self.reads.check(self, X)
         confidence = np.full(X.shape[0], self.base_rate_)
         usable = np.isfinite(X).all(axis=1)
         if not usable.all():
@@ -101,18 +121,6 @@ class ConfidenceEstimator(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
     def predict(self, X: ArrayLike) -> np.ndarray:
         """1 where the confidence exceeds 0.5 (the medium-risk decision), else 0."""
         return (self.predict_proba(X)[:, 1] > 0.5).astype(int)
-
-    def _check_view(self, X: np.ndarray) -> None:
-        """A confidence-kind estimator reads exactly one column of probabilities."""
-        if self.input_kind != "confidence":
-            return
-        if X.shape[1] != 1:
-            raise ValueError(
-                f"{type(self).__name__} takes the raw confidence as a single column, got {X.shape[1]} columns"
-            )
-        finite = X[np.isfinite(X)]  # NaN and inf are left to the guard
-        if np.any((finite < 0) | (finite > 1)):
-            raise ValueError(f"{type(self).__name__}: confidences must lie in [0, 1]")
 
     def _learn_layout(self) -> None:
         """Learn where the blocks of X end from ``feature_names_in_`` (estimators whose X is one block: nothing)."""

@@ -3,8 +3,8 @@
 scikit-learn's convention (``ColumnTransformer``'s output names): X is a DataFrame whose columns are
 named ``<block>__<column>``. ``fit`` reads the names from ``feature_names_in_`` and learns the layout
 (a probe how many layers its hidden states hold, a field correction where its base's input ends), so
-nothing sets it on the estimator from outside. :func:`mice_exp.protocols.inputs` builds these frames;
-:func:`side_by_side` and :func:`layers` build them anywhere else.
+nothing sets it on the estimator from outside. An estimator's declared inputs build these frames
+(:mod:`mice_exp.estimators.inputs`) with :func:`side_by_side` and :func:`layers`, which build them anywhere else.
 """
 
 from __future__ import annotations

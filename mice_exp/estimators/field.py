@@ -4,7 +4,8 @@
 X holds two named blocks side by side (:mod:`mice_exp.estimators.blocks`): ``base__*``, the base
 estimator's own input (the raw confidence, the feature view, ...), and ``representation__*``, a
 representation of the example (by default the final layer's hidden state at the last prompt token);
-:func:`mice_exp.protocols.inputs` assembles them, and ``fit`` learns ``base_width_`` from the names.
+its ``design`` assembles them (:class:`~mice_exp.estimators.inputs.BaseAndRepresentation`), and ``fit``
+learns ``base_width_`` from the names.
 
 Fitting needs residuals y - f on points whose f the base did not see: a random forest predicts
 its own training rows almost perfectly, so in-sample residuals would show no miscalibration at
@@ -27,8 +28,8 @@ from sklearn.model_selection import StratifiedKFold, cross_val_predict, train_te
 
 from mice_exp.estimators.base import ConfidenceEstimator
 from mice_exp.estimators.blocks import blocks_of, named
+from mice_exp.estimators.inputs import BaseAndRepresentation
 from mice_exp.estimators.recalibration import IsotonicCalibration, TemperatureScaling
-from mice_exp.needs import Needs
 
 if TYPE_CHECKING:  # mice_exp.regimes trains with torch: imported when a field is fitted, not with the estimators
     from mice_exp.regimes import Diagnosis, MiscalibrationField, Triples
@@ -47,7 +48,9 @@ class FieldCorrection(ConfidenceEstimator):
         cv: folds for the base's out-of-fold training confidences.
     """
 
-    input_kind = "field"
+    reads = BaseAndRepresentation()
+    gate_refuses = ("a field correction holds a torch network, which a gate does not save yet; expected an "
+                    "estimator without a base")
 
     def __init__(self, base: ConfidenceEstimator | None = None, representation: str = "first_token",
                  preset: str = "llm", field: Mapping[str, Any] | None = None, val_fraction: float = 0.25,
@@ -60,16 +63,11 @@ class FieldCorrection(ConfidenceEstimator):
         self.cv = cv
         self.seed = seed
 
-    def needs(self, source: str = "raw") -> Needs:
-        """Its base's needs, and the LLM-stage array its representation is (unless it is the feature view)."""
-        arrays = () if self.representation == "features" else (self.representation,)
-        return self.base.needs(source) | Needs.of(arrays=arrays)
-
     def _learn_layout(self) -> None:
         blocks = blocks_of(getattr(self, "feature_names_in_", None))
         if list(blocks) != ["base", "representation"]:
             raise ValueError(f"FieldCorrection reads X as the named blocks base__* then representation__*, got "
-                             f"{list(blocks) or 'no block names'}; build X with mice_exp.protocols.inputs or "
+                             f"{list(blocks) or 'no block names'}; build X with the estimator's design or "
                              "mice_exp.estimators.blocks.side_by_side")
         self.base_columns_ = blocks["base"]
         self.base_width_ = len(self.base_columns_)

@@ -2,8 +2,8 @@
 
 X is one LLM-stage array (``representation``: "last_token", "first_token" or "mean_pool") with its
 L layers side by side, [N, L * d], columns named ``layer<l>__<j>`` (:func:`mice_exp.estimators.blocks.layers`;
-:func:`mice_exp.protocols.inputs` builds it): ``fit`` learns ``n_layers_`` from the names. X without
-layer names is one layer's state.
+the estimator's ``design`` builds it, :class:`~mice_exp.estimators.inputs.HiddenStates`): ``fit`` learns
+``n_layers_`` from the names. X without layer names is one layer's state.
 """
 
 from __future__ import annotations
@@ -16,17 +16,14 @@ from sklearn.preprocessing import StandardScaler
 
 from mice_exp.estimators.base import ConfidenceEstimator
 from mice_exp.estimators.blocks import blocks_of
-from mice_exp.needs import Needs
+from mice_exp.estimators.inputs import HiddenStates
 
 
 class HiddenStateEstimator(ConfidenceEstimator):
     """Reads X = [N, L * d] hidden states of its ``representation``; learns ``n_layers_`` from X's column names."""
 
-    input_kind = "hidden"
+    reads = HiddenStates()
     representation: str
-
-    def needs(self, source: str = "raw") -> Needs:
-        return Needs.of(arrays=[self.representation])
 
     def _learn_layout(self) -> None:
         blocks = blocks_of(getattr(self, "feature_names_in_", None))

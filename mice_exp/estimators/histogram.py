@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from mice_exp.estimators.base import ConfidenceEstimator
+from mice_exp.estimators.inputs import OneConfidence
 from mice_exp.metrics.binning import equal_width_bins
 
 
@@ -16,7 +17,7 @@ class HistogramRegression(ConfidenceEstimator):
     the overall accuracy is the calibrated guess.
     """
 
-    input_kind = "confidence"
+    reads = OneConfidence()
 
     def __init__(self, n_bins: int = 25) -> None:
         self.n_bins = n_bins

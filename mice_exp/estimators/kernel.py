@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from mice_exp.estimators.base import ConfidenceEstimator
+from mice_exp.estimators.inputs import OneConfidence
 
 
 class KernelRegression(ConfidenceEstimator):
@@ -16,7 +17,7 @@ class KernelRegression(ConfidenceEstimator):
     relplot is imported in ``_fit``: its package imports matplotlib, which the estimators do not need.
     """
 
-    input_kind = "confidence"
+    reads = OneConfidence()
     holds = ("relplot.estimators.KernelSmoother", "relplot.kernels.ReflectedGaussianKernel")
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:

@@ -8,6 +8,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier
 
 from mice_exp.estimators.base import ConfidenceEstimator
+from mice_exp.estimators.inputs import ViewColumns
 
 
 class MiceLogisticRegression(ConfidenceEstimator):
@@ -18,7 +19,7 @@ class MiceLogisticRegression(ConfidenceEstimator):
     is the other possible reading and only a config change away).
     """
 
-    input_kind = "features"
+    reads = ViewColumns()
 
     def __init__(self, C: float = 0.5, max_iter: int = 1000) -> None:
         self.C = C
@@ -40,7 +41,7 @@ class MiceRandomForest(ConfidenceEstimator):
     Prediction walks all trees at once (:class:`ForestWalk`).
     """
 
-    input_kind = "features"
+    reads = ViewColumns()
     holds = ("sklearn.tree._tree.Tree",)  # the trees of a forest saved before pack_forest (gates of earlier versions)
 
     def __init__(

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from mice_exp.estimators.base import ConfidenceEstimator
+from mice_exp.estimators.inputs import OneConfidence
 
 
 class RawConfidence(ConfidenceEstimator):
     """Returns the raw confidence as is; fit only validates, since there is nothing to learn."""
 
-    input_kind = "confidence"
+    reads = OneConfidence()
     learns = False
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:

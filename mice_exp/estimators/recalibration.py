@@ -9,6 +9,7 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
 from mice_exp.estimators.base import ConfidenceEstimator
+from mice_exp.estimators.inputs import OneConfidence
 
 
 def _clipped_logit(confidence: np.ndarray, eps: float) -> np.ndarray:
@@ -23,7 +24,7 @@ class PlattScaling(ConfidenceEstimator):
     finite when the training confidences separate the classes perfectly.
     """
 
-    input_kind = "confidence"
+    reads = OneConfidence()
 
     def __init__(self, C: float = 1.0, eps: float = 1e-6) -> None:
         self.C = C
@@ -39,7 +40,7 @@ class PlattScaling(ConfidenceEstimator):
 class IsotonicCalibration(ConfidenceEstimator):
     """Monotone step function of the confidence; clips inputs outside the training range."""
 
-    input_kind = "confidence"
+    reads = OneConfidence()
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
         self.model_ = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(X[:, 0], y)
@@ -55,7 +56,7 @@ class TemperatureScaling(ConfidenceEstimator):
     Unlike Platt scaling it has no bias term, so it cannot move p = 0.5.
     """
 
-    input_kind = "confidence"
+    reads = OneConfidence()
 
     def __init__(self, eps: float = 1e-6) -> None:
         self.eps = eps

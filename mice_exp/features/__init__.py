@@ -21,6 +21,7 @@ from mice_exp.errors import UserError
 from mice_exp.features.bertscore import cached_bertscore  # noqa: F401 (re-exported: the view cache)
 from mice_exp.features.views import FeatureView
 from mice_exp.llm.records import ARRAYS, StageOutput
+from mice_exp.needs import RAW
 
 
 @dataclass
@@ -44,13 +45,27 @@ class FeatureSet:
 
     def confidence_of(self, source: str) -> np.ndarray:
         """The raw confidence, or another confidence source computed for this run."""
-        if source == "raw":
+        if source == RAW:
             return self.confidence
         if source not in self.sources:
             raise UserError(f"confidence source {source!r} was not computed; add it to sources.use "
-                            f"(computed here: {', '.join(['raw', *self.sources])})")
+                            f"(computed here: {', '.join([RAW, *self.sources])})")
         return self.sources[source]
 
+    def hidden_states(self, name: str) -> np.ndarray:
+        """The LLM stage's ``name`` array ("last_token", "first_token", "mean_pool") as float64 [N, L, d]: every
+        layer, for estimators that read the states themselves."""
+        if name not in ARRAYS:
+            raise UserError(f"estimator.model.representation={name!r}; expected one of {', '.join(ARRAYS)}")
+        if self.stage is None:
+            raise UserError(f"this estimator reads the LLM's {name} hidden states, but the feature set has no "
+                            "LLM-stage output; expected records produced by the LLM stage (mice-exp stage=llm)")
+        try:
+            return self.stage.arrays(name).astype(np.float64)
+        except (KeyError, FileNotFoundError, ValueError):
+            raise UserError(f"the LLM-stage cache {self.stage.folder} holds no {name} hidden states; expected "
+                            f"shard-*.npz files with a {name!r} array [N, L, d] (delete the cache to recompute "
+                            "it)") from None
 
     def representation(self, name: str) -> np.ndarray:
         """x for the miscalibration field: "features" (this view) or an LLM-stage array at the final layer."""

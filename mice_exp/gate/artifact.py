@@ -27,7 +27,9 @@ from mice_exp.cache import file_sha256, read_jsonl, write_json, write_jsonl
 from mice_exp.data.records import Example
 from mice_exp.discover import class_path, type_path
 from mice_exp.errors import UserError
+from mice_exp.jsonable import jsonable
 from mice_exp.llm.prompt import load_template, template_problem
+from mice_exp.needs import RAW
 
 if TYPE_CHECKING:  # annotations only
     from mice_exp.metrics import Risk
@@ -51,38 +53,15 @@ FEATURE_IDENTITY = ("view", "layers", "confidence", "components", "sources")
 ENCODER_IDENTITY = ("model", "num_layers")
 
 
-def estimator_classes() -> dict[str, type]:
-    """The estimator classes a gate may hold (what ``gate.json`` may name), by class path: those
-    :mod:`mice_exp.estimators` exports, so a new estimator needs no list here."""
-    from mice_exp.estimators import estimator_classes as exported  # loads sklearn, scipy
-
-    return {type_path(cls): cls for cls in exported()}
-
-
-def view_classes() -> dict[str, type]:
-    """The feature view classes a gate may hold, by class path: those :mod:`mice_exp.features` finds."""
-    from mice_exp.features import view_classes as defined  # loads sklearn
-
-    return {type_path(cls): cls for cls in defined()}
-
-
 def trusted_types() -> frozenset[str]:
     """Every type a gate's skops files may build beyond skops' own defaults (numpy, scipy, scikit-learn, a
-    PCA included): the estimator classes, the types each declares its fitted state holds (``holds``) and
-    the feature view classes."""
-    classes = estimator_classes()
-    return frozenset(classes).union(view_classes(), *(cls.holds for cls in classes.values()))
+    PCA included): the estimator classes (:func:`mice_exp.estimators.estimator_classes`), the types each declares
+    its fitted state holds (``holds``) and the feature view classes (:func:`mice_exp.features.view_classes`)."""
+    from mice_exp.estimators import estimator_classes  # loads sklearn, scipy
+    from mice_exp.features import view_classes  # loads sklearn
 
-
-def _jsonable(value: Any) -> Any:
-    """Estimator params as JSON (numpy scalars unwrapped)."""
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        return value.item()
-    return value
+    estimators = estimator_classes()
+    return frozenset(map(type_path, [*estimators, *view_classes()])).union(*(cls.holds for cls in estimators))
 
 
 def risk_entry(risk_cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,10 +80,13 @@ def check_estimator(estimator: Any, columns: Sequence[str]) -> None:
     """A fitted estimator of an allowed class whose input width matches the feature columns."""
     from sklearn.utils.validation import check_is_fitted
 
-    if class_path(estimator) not in estimator_classes():
+    from mice_exp.estimators import estimator_classes  # loads sklearn, scipy
+
+    if class_path(estimator) not in map(type_path, estimator_classes()):
         raise UserError(f"a gate holds one of the mice_exp estimators; got {class_path(estimator)}")
     check_is_fitted(estimator)
-    width = 1 if estimator.input_kind == "confidence" else len(columns)
+    names = estimator.input_columns(columns)  # None: X names blocks of its own, which a gate refuses before
+    width = len(columns if names is None else names)
     if getattr(estimator, "n_features_in_", width) != width:
         raise UserError(f"{type(estimator).__name__} was fitted on {estimator.n_features_in_} columns; "
                         f"the feature view has {width} ({', '.join(columns[:5])}{', ...' if len(columns) > 5 else ''})")
@@ -184,8 +166,8 @@ def save_gate(
         "seed": study.seed,
         "estimator": {
             "key": study.main.key, "name": study.main.name,
-            "class": class_path(estimator), "params": _jsonable(estimator.get_params()), "source": "raw",
-            "input_kind": estimator.input_kind, "file": ESTIMATOR_FILE, "sha256": file_sha256(folder / ESTIMATOR_FILE),
+            "class": class_path(estimator), "params": jsonable(estimator.get_params()), "source": RAW,
+            "input_kind": estimator.reads.name, "file": ESTIMATOR_FILE, "sha256": file_sha256(folder / ESTIMATOR_FILE),
         },
         "demo_pool": {"file": POOL_FILE, "size": len(demo_pool), "sha256": file_sha256(folder / POOL_FILE)},
         "dataset": dict(stage.dataset.settings),
@@ -237,17 +219,21 @@ def read_spec(folder: Path) -> dict[str, Any]:
 
 def load_estimator(path: Path, expected_class: str) -> Any:
     """The fitted estimator in a skops file (:func:`load_skops`)."""
+    from mice_exp.estimators import estimator_classes  # loads sklearn, scipy
+
     return load_skops(path, expected_class, estimator_classes(), "estimator")
 
 
 def load_view(path: Path, expected_class: str) -> Any:
     """The run's fitted feature view in a skops file (:func:`load_skops`)."""
+    from mice_exp.features import view_classes  # loads sklearn
+
     return load_skops(path, expected_class, view_classes(), "view")
 
 
-def load_skops(path: Path, expected_class: str, classes: Mapping[str, type], what: str) -> Any:
-    """The object of ``expected_class`` in a skops file, refusing any type outside :func:`trusted_types` and
-    any class outside ``classes`` (what a gate's ``what`` may be).
+def load_skops(path: Path, expected_class: str, classes: Sequence[type], what: str) -> Any:
+    """The object of ``expected_class`` (a class path) in a skops file, refusing any type outside
+    :func:`trusted_types` and any class outside ``classes`` (what a gate's ``what`` may be).
 
     skops reconstructs objects from a JSON schema and .npy arrays (read with allow_pickle=False);
     it imports and instantiates only the types passed as ``trusted`` (plus its own defaults), so
@@ -255,9 +241,9 @@ def load_skops(path: Path, expected_class: str, classes: Mapping[str, type], wha
     """
     import skops.io as sio
 
-    if expected_class not in classes:
+    if expected_class not in map(type_path, classes):
         raise UserError(f"{path.parent / SPEC_FILE} names {what} class {expected_class!r}; "
-                        f"a gate holds one of {', '.join(cls.__name__ for cls in classes.values())}")
+                        f"a gate holds one of {', '.join(cls.__name__ for cls in classes)}")
     data = path.read_bytes()
     try:
         found = sio.get_untrusted_types(data=data)

@@ -6,8 +6,8 @@ prompt (:meth:`mice_exp.llm.prompt.PromptBuilder.build`), the LLM stage's own ba
 (:func:`mice_exp.llm.stage.batches`, :func:`mice_exp.llm.stage.run_batch`: generation with capture,
 records, pooled arrays), held in memory as a :class:`mice_exp.llm.records.StageOutput` that the run's
 fitted feature view, saved with the gate, transforms exactly as it transformed the run's records
-(:func:`mice_exp.features.transform_features`), and the estimator's ``predict_proba`` on what
-:func:`mice_exp.protocols.inputs` hands it. The call is executed iff p > tau, tau being the
+(:func:`mice_exp.features.transform_features`), and the estimator's ``predict_proba`` on what its
+``design`` reads of them. The call is executed iff p > tau, tau being the
 minimum-Bayes-risk threshold of the saved risk setting (MICE Eq. 2).
 """
 
@@ -283,12 +283,10 @@ class Gate:
 
     def probabilities(self, fs: FeatureSet) -> np.ndarray:
         """P(correct) for the rows of a FeatureSet built with the gate's feature view."""
-        from mice_exp.protocols import inputs  # loads matplotlib, sklearn
-
         if list(fs.columns) != self.columns:
             raise UserError(f"the feature view gave columns {fs.columns[:4]}...; the gate was fitted on "
                             f"{self.columns[:4]}... ({len(self.columns)}); expected the same view and LLM")
-        return self.estimator.predict_proba(inputs(self.estimator, fs))[:, 1]
+        return self.estimator.predict_proba(self.estimator.design(fs))[:, 1]
 
     def decide(self, queries: Sequence[Any], places: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """One answer per query, in order: ``{id, call: {api, args}, text, probability, decision, tau,

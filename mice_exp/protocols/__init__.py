@@ -5,9 +5,9 @@
 how features are made: it receives a FeatureSet and the estimators to fit (a Study).
 """
 
-from mice_exp.protocols.base import Outcome, Protocol, inputs, make_protocol
+from mice_exp.protocols.base import Outcome, Protocol, make_protocol
 from mice_exp.protocols.sample_efficiency import SampleEfficiency
 from mice_exp.protocols.table import Holdout, Loao, TableProtocol, holdout, loao
 
-__all__ = ["Holdout", "Loao", "Outcome", "Protocol", "SampleEfficiency", "TableProtocol", "holdout", "inputs",
-           "loao", "make_protocol"]
+__all__ = ["Holdout", "Loao", "Outcome", "Protocol", "SampleEfficiency", "TableProtocol", "holdout", "loao",
+           "make_protocol"]

@@ -1,9 +1,10 @@
-"""What every protocol shares: the input routing, the object a config names, and what it returns.
+"""What every protocol shares: the object a config names, and what it returns.
 
 A protocol (``conf/protocol/<name>.yaml``, built by :func:`make_protocol`) decides which records
 train an estimator and which it predicts; it knows nothing about how features are made: it gets a
 :class:`~mice_exp.features.FeatureSet` and a :class:`~mice_exp.estimation.Study` (the estimators
-and how rows are scored) and returns an :class:`Outcome` that the job prints and logs.
+and how rows are scored) and returns an :class:`Outcome` that the job prints and logs. What each estimator reads
+of the feature set is its own declaration (``estimator.design(fs, source)``, :mod:`mice_exp.estimators.inputs`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from mice_exp.compose import build_object
-from mice_exp.estimators.blocks import column_names, layers, named, side_by_side
-from mice_exp.features.hidden import hidden_states
 
 if TYPE_CHECKING:  # annotations only
     import pandas as pd
@@ -24,23 +23,8 @@ if TYPE_CHECKING:  # annotations only
     from mice_exp.features import FeatureSet
 
 
-def inputs(estimator, fs: FeatureSet, source: str = "raw") -> np.ndarray | pd.DataFrame:
-    """Calibrators see one confidence (raw by default) alone; MICE-style estimators see the feature view;
-    hidden-state estimators every layer of their representation side by side, named by layer; a field
-    correction its base's input, then its representation, as two named blocks. The estimators learn the
-    layout from the names (:mod:`mice_exp.estimators.blocks`); nothing is set on them."""
-    if estimator.input_kind == "hidden":
-        return layers(hidden_states(fs, estimator.representation))
-    if estimator.input_kind == "field":
-        base = inputs(estimator.base, fs, source)
-        if column_names(base) is None:  # one confidence or the feature view: named as the view names them
-            base = named(base, [source] if estimator.base.input_kind == "confidence" else fs.columns)
-        return side_by_side({"base": base, "representation": fs.representation(estimator.representation)})
-    return fs.confidence_of(source)[:, None] if estimator.input_kind == "confidence" else fs.X
-
-
 def take(X: np.ndarray | pd.DataFrame, rows: np.ndarray | list[int]) -> np.ndarray | pd.DataFrame:
-    """The rows ``rows`` (a mask or positions) of what :func:`inputs` returned."""
+    """The rows ``rows`` (a mask or positions) of an estimator's X (its ``design``: an array or a named frame)."""
     return X.iloc[rows] if hasattr(X, "iloc") else X[rows]
 
 

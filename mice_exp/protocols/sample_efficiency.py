@@ -63,7 +63,8 @@ from mice_exp.errors import UserError
 from mice_exp.estimators.base import FallbackWarning
 from mice_exp.estimators.blocks import column_names, named
 from mice_exp.metrics import auc_etcu
-from mice_exp.protocols.base import Outcome, Protocol, inputs
+from mice_exp.needs import RAW
+from mice_exp.protocols.base import Outcome, Protocol
 from mice_exp.tracking.schema import SAMPLE_EFFICIENCY_CSV, SAMPLE_EFFICIENCY_FIGURE, SAMPLE_EFFICIENCY_FITS_CSV
 
 if TYPE_CHECKING:  # annotations only
@@ -132,7 +133,7 @@ def _by_value(func):
 
 
 def input_slot(X: np.ndarray | pd.DataFrame) -> str:
-    """Where an estimator's input (:func:`~mice_exp.protocols.inputs`) is kept for the tasks: a digest of its
+    """Where an estimator's input (its ``design``) is kept for the tasks: a digest of its
     values and column names, so estimators share a matrix exactly when their inputs are identical (two
     calibrators of the raw confidence), never because their settings look alike (a field correction on
     raw confidence reads more columns than the calibrator of that confidence)."""
@@ -179,7 +180,7 @@ def sample_efficiency_scores(
     modified. ``n_jobs``: joblib worker processes (-1 = all cores); 1 (or None) runs the plain sequential
     loop in this process. Either way the scores are identical. ``sources`` maps an estimator key
     to the confidence source its calibrator reads (as ``estimator.source`` does for holdout;
-    default "raw"); every estimator reads what :func:`mice_exp.protocols.inputs` routes to it (a
+    default the raw one); every estimator reads what it declares (its ``design``: a
     calibrator its confidence, MICE the feature view, a hidden-state probe or a field correction
     their arrays).
     """
@@ -196,7 +197,7 @@ def sample_efficiency_scores(
     data = {"y_train": fs.labels[train], "y_test": fs.labels[test]}
     for key, estimator in estimators.items():
         copy = _single_threaded(estimator)
-        X = inputs(copy, fs, sources.get(key, "raw"))
+        X = copy.design(fs, sources.get(key, RAW))
         slot = input_slot(X)
         if f"{slot}/train" not in data:
             matrix = np.asarray(X, dtype=np.float64)

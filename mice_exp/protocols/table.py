@@ -16,7 +16,8 @@ from sklearn.base import clone
 from mice_exp.data.splits import loao_folds
 from mice_exp.errors import UserError
 from mice_exp.estimation import action_belief, table, trajectory
-from mice_exp.protocols.base import FieldRegions, Outcome, Protocol, inputs, take
+from mice_exp.needs import RAW
+from mice_exp.protocols.base import FieldRegions, Outcome, Protocol, take
 from mice_exp.tracking.schema import field_key
 
 if TYPE_CHECKING:  # annotations only
@@ -24,18 +25,18 @@ if TYPE_CHECKING:  # annotations only
     from mice_exp.features import FeatureSet
 
 
-def holdout(estimator, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray, object]:
+def holdout(estimator, fs: FeatureSet, source: str = RAW) -> tuple[np.ndarray, object]:
     """Train on the training split, predict the test split; also return the fitted estimator."""
     train, test = fs.rows("train"), fs.rows("test")
-    X = inputs(estimator, fs, source)
+    X = estimator.design(fs, source)
     fitted = clone(estimator).fit(take(X, train), fs.labels[train])
     return fitted.predict_proba(take(X, test))[:, 1], fitted
 
 
-def loao(estimator, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray, None]:
+def loao(estimator, fs: FeatureSet, source: str = RAW) -> tuple[np.ndarray, None]:
     """Leave one API out (MICE section 5): for each API, train on the other APIs' training rows,
     predict its test rows; the folds' predictions are pooled in test-row order (no single model)."""
-    X = inputs(estimator, fs, source)
+    X = estimator.design(fs, source)
     out = np.full(len(fs.ids), np.nan)
     for fold in loao_folds(fs.apis, fs.splits):
         if fold.test:
@@ -48,7 +49,7 @@ class TableProtocol(Protocol):
     """Fits the reference rows under holdout and the run's estimator under :meth:`predict`, then scores
     them all on the test split (metrics, permutation marks) into Table 1's rows."""
 
-    def predict(self, estimator: Any, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray, Any]:
+    def predict(self, estimator: Any, fs: FeatureSet, source: str = RAW) -> tuple[np.ndarray, Any]:
         """Test-row predictions of ``estimator`` (cloned, never modified) and the fitted model, if one."""
         raise NotImplementedError
 
@@ -77,7 +78,7 @@ def diagnose_field(outcome: Outcome, estimator: Any, fs: FeatureSet, source: str
         outcome.text += "\n\nmiscalibration field: not fitted (the training labels are all one class); no diagnostics"
         return
     test = fs.rows("test")
-    X = inputs(estimator, fs, source)[test]
+    X = estimator.design(fs, source)[test]
     diagnosis = estimator.diagnose(X, fs.labels[test], eps=float(options.get("eps", 0.05)),
                                    min_region=int(options.get("min_region", 30)))
     outcome.regions = FieldRegions(estimator.base_confidence(X), fs.labels[test], diagnosis.regions)
@@ -94,7 +95,7 @@ class Holdout(TableProtocol):
     name = "holdout"
     one_model = True
 
-    def predict(self, estimator: Any, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray, Any]:
+    def predict(self, estimator: Any, fs: FeatureSet, source: str = RAW) -> tuple[np.ndarray, Any]:
         return holdout(estimator, fs, source)
 
 
@@ -103,5 +104,5 @@ class Loao(TableProtocol):
 
     name = "loao"
 
-    def predict(self, estimator: Any, fs: FeatureSet, source: str = "raw") -> tuple[np.ndarray, None]:
+    def predict(self, estimator: Any, fs: FeatureSet, source: str = RAW) -> tuple[np.ndarray, None]:
         return loao(estimator, fs, source)

@@ -22,10 +22,11 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from mice_exp.compose import estimator_names
 from mice_exp.metrics import PAPER_RISKS, Risk
 from mice_exp.report.collect import Predictions
 from mice_exp.report.plots import slug
-from mice_exp.report.tables import ESTIMATOR_NAMES, ESTIMATOR_ORDER, MICE_ORDER, fmt
+from mice_exp.report.tables import ESTIMATOR_ORDER, MICE_ORDER, fmt
 from mice_exp.tracking.schema import (
     API_NAME,
     ARGUMENT,
@@ -65,7 +66,7 @@ def _latest(runs: Sequence[Any], key) -> list[Any]:
 
 
 def _name(key: str, names: Mapping[str, str]) -> str:
-    return names.get(key) or ESTIMATOR_NAMES.get(key, key)
+    return names.get(key) or estimator_names().get(key, key)
 
 
 def _in_table_order(frame: pd.DataFrame) -> pd.DataFrame:

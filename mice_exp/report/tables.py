@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from mice_exp.compose import estimator_names as conf_names
 from mice_exp.metrics import registry
 from mice_exp.metrics.permutation import ALPHA
 from mice_exp.metrics.registry import metric
@@ -34,12 +35,6 @@ from mice_exp.tracking.schema import MARKS, baseline_key, pvalue_key
 METRICS = registry.table_metrics(registry.TABLE1)
 DECIMALS = 3
 
-#: Display names of reference rows (the runs' own ``estimator.name`` params win when present).
-ESTIMATOR_NAMES = {"raw": "Raw Confidence", "hre": "HRE", "nwkr": "NWKR", "platt": "Platt Scaling",
-                   "isotonic": "Isotonic", "temperature": "Temperature Scaling",
-                   "mice_lr": "MICE LR", "mice_rf": "MICE RF",
-                   "p_true": "P(True)", "verbalized": "Verbalized", "consistency": "Self-consistency",
-                   "semantic_entropy": "Semantic entropy"}
 #: Row order inside a block: untrained confidences and reference calibrators first, MICE models
 #: last (as in Table 1).
 ESTIMATOR_ORDER = ("raw", "p_true", "verbalized", "consistency", "semantic_entropy", "hre", "nwkr", "platt", "isotonic", "temperature")
@@ -120,7 +115,9 @@ def significance_marks(metrics: Mapping[str, float], name: str,
 
 
 def estimator_names(records: Iterable[RunRecord]) -> dict[str, str]:
-    names = dict(ESTIMATOR_NAMES)
+    """Display names by estimator key: each ``conf/estimator`` entry's ``name``, and the runs' own
+    ``estimator.name`` params where they differ (a run of an estimator file outside ``conf/``)."""
+    names = dict(conf_names())
     for record in records:
         names[record.estimator] = record.estimator_name
     return names

@@ -28,8 +28,9 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import PurePath
 from typing import Any
+
+from mice_exp.jsonable import jsonable
 
 #: MLflow's limits (mlflow.utils.validation.MAX_PARAM_VAL_LENGTH / MAX_ENTITY_KEY_LENGTH).
 MAX_PARAM_VALUE_LENGTH = 6000
@@ -48,8 +49,7 @@ def _digest(text: str, n: int = 8) -> str:
 
 def format_value(value: Any) -> str:
     """One scalar (or a list of scalars) as a param string, written as YAML would."""
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
-        value = value.item()  # numpy scalars and 0-d arrays
+    value = jsonable(value)  # numpy scalars, paths
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -60,16 +60,14 @@ def format_value(value: Any) -> str:
         return repr(value) if math.isfinite(value) else str(value)  # nan, inf, -inf
     if isinstance(value, str):
         return value
-    if isinstance(value, PurePath):
-        return str(value)
     if _is_list(value):
-        return "[" + ", ".join(json.dumps(_jsonable(v), ensure_ascii=False) for v in value) + "]"
+        return "[" + ", ".join(json.dumps(_list_item(v), ensure_ascii=False) for v in value) + "]"
     return str(value)
 
 
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
-        value = value.item()
+def _list_item(value: Any) -> Any:
+    """One item of a list param (already :func:`jsonable`) as JSON writes it: a non-finite float or a value JSON
+    has no type for as a string."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -158,8 +156,7 @@ def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> tuple[dict[
             values.update(sub)
             skipped.extend(bad)
             continue
-        if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
-            value = value.item()
+        value = jsonable(value)  # numpy scalars
         if isinstance(value, (bool, int, float)):
             values[sanitize_key(name)] = float(value)
         else:

@@ -40,6 +40,7 @@ from mice_exp.tracking.params import (
     truncate,
 )
 from mice_exp.errors import Terminated, UserError
+from mice_exp.jsonable import jsonable
 from mice_exp.tracking.schema import SWEEP_TAG
 from mice_exp.tracking.store import (
     TrackingUnavailable,
@@ -172,7 +173,7 @@ class TrackedRun:
 
     def log_dict(self, dictionary: Mapping[str, Any], artifact_file: str) -> None:
         """JSON, or YAML when ``artifact_file`` ends in .yaml / .yml."""
-        self.client.log_dict(self.run_id, _plain(dictionary), artifact_file)
+        self.client.log_dict(self.run_id, jsonable(dictionary), artifact_file)
 
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, text, artifact_file)
@@ -195,26 +196,6 @@ class TrackedRun:
         if not path.exists():
             raise FileNotFoundError(path)
         self.client.log_artifact(self.run_id, str(path), artifact_path)
-
-
-def _plain(value: Any) -> Any:
-    """Plain containers and Python scalars (OmegaConf resolved, numpy unwrapped) for JSON / YAML."""
-    try:
-        from omegaconf import Container, OmegaConf
-
-        if isinstance(value, Container):
-            value = OmegaConf.to_container(value, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if hasattr(value, "tolist") and callable(value.tolist):  # numpy scalars and arrays
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    return value
 
 
 def hydra_tags() -> dict[str, str]:
