@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 from mice_exp.compose import as_plain, compose_config, wants_help
 from mice_exp.errors import UserError
-from mice_exp.launcher.slurm import missing_client
+from mice_exp.launcher.slurm_cluster import missing_client
 from mice_exp.paths import project_root, resolve, writable_file
 from mice_exp.report.arguments import parse_args
 

@@ -239,7 +239,7 @@ def check_baseline_values(cfg: Mapping[str, Any]) -> None:
 
 def check_source_names(use: Any) -> None:
     """``sources.use``: null (what the view and the estimators read) or a list of known sources."""
-    from mice_exp.llm.sources import SOURCES  # loads the LLM stage's modules (data, prompts), which need no check
+    from mice_exp.llm.sources import SOURCES  # loads numpy, hydra: the value rules import no computation
 
     if use is not None and (not isinstance(use, list) or not set(use) <= set(SOURCES)):
         raise UserError(f"sources.use={use}; expected null (what the view and the estimators read) or a list of "
@@ -250,7 +250,7 @@ def settle_sources(use: Sequence[str] | None, readers: Sequence[tuple[str, Needs
     """``sources.use`` as the run computes it: null derives it from what the ``readers`` (the view and each estimator,
     by name) declare they read; an explicit list may add sources (a records file's, the report's action-belief
     ``acts``) but must hold every read one, or it is refused in one line naming the reader."""
-    from mice_exp.llm.sources import SOURCES  # loads the LLM stage's modules (data, prompts), which need no check
+    from mice_exp.llm.sources import SOURCES  # loads numpy, hydra: the value rules import no computation
 
     check_source_names(use)
     if use is None:

@@ -23,7 +23,8 @@ from mice_exp.errors import UserError
 from mice_exp.llm.backends import backend_of, check_backend
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.records import ARRAYS, Record, StageOutput
-from mice_exp.llm.sources import SOURCES
+from mice_exp.llm.replay import replay_activations
+from mice_exp.llm.sources import SOURCES, stage_sources
 from mice_exp.llm.stage import LLMStage
 from mice_exp.llm.toolcall import call_format
 from mice_exp.needs import RAW
@@ -201,8 +202,6 @@ class Pipeline:
             self.check_data()
             output = self.stage.output(self.view.record_fields)
         if output.folder is None and output.pooled is None and self.reads_states():
-            from mice_exp.llm.replay import replay_activations  # loads torch, transformers
-
             output.pooled = replay_activations(self.stage, output)
         return output
 
@@ -225,8 +224,6 @@ class Pipeline:
                                 "(compute them with `mice-exp records llm.records=FILE sources.use=[...]`)")
             return {n: np.array([np.nan if v is None else v for v in output.sources[n]], dtype=np.float64)
                     for n in names}
-        from mice_exp.llm.sources import stage_sources  # loads torch, transformers
-
         return stage_sources(self.sources, self.stage, output, names)
 
     # -- the estimation

@@ -12,7 +12,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from mice_exp.estimators import MiceLogisticRegression
 from mice_exp.gate import Decision, Gate, InvalidRequest
-from mice_exp.gate.serve import completion
+from mice_exp.gate.protocol import completion
 from tests.test_gate import WEATHER, ask, fitted, tiny_cfg  # noqa: F401 - fitted: test_gate's saved tiny_random gate
 
 CALL = {"type": "function", "id": "call_1", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}

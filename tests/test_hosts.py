@@ -31,7 +31,7 @@ from openai import AsyncOpenAI
 
 from mice_exp.errors import UserError
 from mice_exp.gate import Gate
-from mice_exp.gate.serve import open_server
+from mice_exp.gate.app import open_server
 from mice_exp.hosts import GateScorer, HttpScorer, Scorer, scorer
 from mice_exp.hosts.langchain_middleware import GateMiddleware
 from mice_exp.hosts.openai_agents import GateGuard

@@ -223,12 +223,12 @@ SLURM_PARAMS = {"partition": None, "cpus_per_task": 8, "mem_gb": 64, "gpus_per_t
      r"sbatch refused the array \(.*\): Batch job submission failed: Job violates accounting/QOS policy$"),
 ])
 def test_sbatch_refusals_become_one_line_naming_the_resource(monkeypatch, stderr, expected):
-    from mice_exp.launcher import slurm
+    from mice_exp.launcher import slurm_cluster
 
-    monkeypatch.setattr(slurm, "partitions", lambda: ["debug*"])
-    monkeypatch.setattr(slurm, "node_summary", lambda partition: "vm: 2 CPUs, 23081 MB")
+    monkeypatch.setattr(slurm_cluster, "partitions", lambda: ["debug*"])
+    monkeypatch.setattr(slurm_cluster, "node_summary", lambda partition: "vm: 2 CPUs, 23081 MB")
     params = {**SLURM_PARAMS, "partition": "nope"} if "partition" in stderr else SLURM_PARAMS
-    line = slurm.explain_sbatch_error(stderr, params)
+    line = slurm_cluster.explain_sbatch_error(stderr, params)
     assert "\n" not in line and line.startswith("slurm launcher: ")
     assert re.search(expected, line), line
 

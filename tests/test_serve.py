@@ -28,7 +28,9 @@ from openai.types.chat import ChatCompletion
 
 from mice_exp.data.ste import SHARED_RELATIVE_PATH
 from mice_exp.gate import Gate
-from mice_exp.gate.serve import Batcher, completion, open_server
+from mice_exp.gate.app import open_server
+from mice_exp.gate.protocol import completion
+from mice_exp.gate.service import Batcher
 from mice_exp.paths import PACKAGE_ROOT
 from tests.test_gate import PARSED, WEATHER, ask, copy_gate, fitted  # noqa: F401 - fitted: the module's gate
 
@@ -202,7 +204,7 @@ def test_stream_true_decides_then_streams_openai_chunks_with_the_gates_view_last
 
 
 def test_a_held_call_streams_as_text_and_a_passed_one_as_a_tool_call_delta(gate):
-    from mice_exp.gate.serve import chunks
+    from mice_exp.gate.protocol import chunks
 
     decision = gate._decision(PARSED, 0.7, 1.0, ["get_weather"])
     for on_abstain, kind in (("confirm", "content"), ("pass", "tool_calls")):
@@ -233,7 +235,7 @@ def test_every_parameter_at_a_value_the_gate_honours_is_accepted(server, client)
     response = create(client, server, **HONOURED)
     assert response.object == "chat.completion" and response.model_extra["mice_exp"]["action"] == "no_call"
     assert set(HONOURED) | {"model", "messages", "tools", "stream_options", "mice_exp"} == set(
-        __import__("mice_exp.gate.serve", fromlist=["PARAMETERS"]).PARAMETERS)
+        __import__("mice_exp.gate.protocol", fromlist=["PARAMETERS"]).PARAMETERS)
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
@@ -244,7 +246,7 @@ def test_a_parameter_the_gate_cannot_honour_is_refused_in_one_line_naming_it(ser
 
 
 def test_tool_choice_names_one_offered_function_or_requires_a_call(gate, server, client):
-    from mice_exp.gate.serve import ChatService
+    from mice_exp.gate.service import ChatService
 
     service = ChatService(gate, "m")
     named = {"type": "function", "function": {"name": "add_date"}}
@@ -395,7 +397,7 @@ def test_serve_refuses_bad_options_before_the_llm_loads(fitted, monkeypatch, cap
 
 
 def test_a_judged_calls_tau_comes_from_its_mcp_annotations_else_the_config_else_the_gate():
-    from mice_exp.gate.serve import ToolRisk
+    from mice_exp.gate.policy import ToolRisk
 
     risk = ToolRisk(high=0.9, low=0.1, tools={"get_weather": 0.3})
     assert risk.tau(WEATHER | {"annotations": {"destructiveHint": True}}, 0.5) == (0.9, "destructiveHint")
@@ -406,7 +408,7 @@ def test_a_judged_calls_tau_comes_from_its_mcp_annotations_else_the_config_else_
 
 @pytest.mark.parametrize("p, tau, decision", [(0.7, 0.5, "allow"), (0.7, 0.9, "ask"), (0.05, 0.9, "deny")])
 def test_a_judged_call_is_allowed_asked_about_or_denied(gate, p, tau, decision):
-    from mice_exp.gate.serve import verdict
+    from mice_exp.gate.policy import verdict
 
     result = verdict(gate._decision(PARSED, p, tau, ["get_weather"]), 0, "c1", "get_weather", tau, "gate", 0.1)
     assert result["decision"] == decision and result["probability"] == p and result["tau"] == tau

@@ -8,7 +8,7 @@ LLM's call, its calibrated probability of being correct, and execute / abstain a
     decision = gate.check(messages, tools)          # an OpenAI chat request -> Decision(call, probability, ...)
     gate.decide([{"id": 1, "query": "...", "tools": "API_name: ...\\n..."}])   # the batch command's JSON answers
 
-``mice-exp serve`` puts it behind an OpenAI-compatible endpoint (:mod:`mice_exp.gate.serve`).
+``mice-exp serve`` puts it behind an OpenAI-compatible endpoint (:mod:`mice_exp.gate.app`).
 
 Saved without pickle (JSON, text and skops); see :mod:`mice_exp.gate.artifact`.
 """

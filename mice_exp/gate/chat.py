@@ -1,6 +1,6 @@
 """A gate's input and output in the OpenAI chat shape: ``messages`` and ``tools`` in, a :class:`Decision` out.
 
-The Python API (:meth:`mice_exp.gate.Gate.check`) and the server (:mod:`mice_exp.gate.serve`) read requests
+The Python API (:meth:`mice_exp.gate.Gate.check`) and the server (:mod:`mice_exp.gate.app`) read requests
 through this module, so both refuse the same bad input with the same :class:`InvalidRequest` (a one-line
 :class:`~mice_exp.errors.UserError` that also carries the HTTP status, ``param`` and ``code`` OpenAI's API
 would answer with). Torch-free.

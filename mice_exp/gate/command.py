@@ -1,5 +1,5 @@
 """``mice-exp gate model=PATH_OR_URI input=QUERIES.jsonl [output=ANSWERS.jsonl]``: answer a batch of queries;
-``mice-exp serve model=PATH_OR_URI``: answer an OpenAI client (:mod:`mice_exp.gate.serve`).
+``mice-exp serve model=PATH_OR_URI``: answer an OpenAI client (:mod:`mice_exp.gate.app`).
 
 Prints one JSON answer per query on stdout (also written to ``output`` when given) and a short
 summary on stderr. Other ``key=value`` arguments are Hydra overrides of the project config:
@@ -15,7 +15,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from mice_exp.cache import write_text
 from mice_exp.compose import as_plain, compose_config, wants_help
@@ -24,13 +24,10 @@ from mice_exp.errors import UserError, fail, interrupt_on_sigterm
 from mice_exp.gate.artifact import ENGINE_SETTINGS, risk_entry
 from mice_exp.gate.chat import InvalidRequest, check_tau
 from mice_exp.gate.gate import Gate
+from mice_exp.gate.policy import ToolRisk, check_on_abstain
 from mice_exp.gate.queries import read_queries
 from mice_exp.llm.precision import resolve_dtype
 from mice_exp.paths import paths_from, writable_file
-
-if TYPE_CHECKING:  # pragma: no cover
-    from mice_exp.gate.gate import Gate
-    from mice_exp.gate.serve import ToolRisk
 
 USAGE = ("usage: mice-exp gate model=GATE_FOLDER|runs:/<run id>/gate|models:/<name>/<version> "
          "input=QUERIES.jsonl|- [output=ANSWERS.jsonl] [device=cpu|cuda] [batch_size=N] "
@@ -137,8 +134,6 @@ SERVE_KEYS = ("model", "port", "on_abstain", "name", "max_queue", "device", "bat
 
 def tool_risk(spec: str) -> ToolRisk:
     """The per-tool thresholds of ``tool_taus=NAME:TAU,...`` with the high- and low-risk taus of ``conf/risk``."""
-    from mice_exp.gate.serve import ToolRisk  # loads fastapi, starlette
-
     taus = {}
     for item in filter(None, spec.split(",")):
         name, sep, value = item.rpartition(":")
@@ -153,11 +148,11 @@ def tool_risk(spec: str) -> ToolRisk:
 
 
 def serve(argv: Sequence[str]) -> None:
-    """``mice-exp serve model=...``: the gate as an OpenAI-compatible endpoint (:mod:`mice_exp.gate.serve`)."""
+    """``mice-exp serve model=...``: the gate as an OpenAI-compatible endpoint (:mod:`mice_exp.gate.app`)."""
     if wants_help(argv):
         print(SERVE_USAGE)
         return
-    from mice_exp.gate.serve import check_on_abstain, check_port, open_server  # loads fastapi, starlette
+    from mice_exp.gate.app import check_port, open_server  # loads fastapi, starlette
 
     opts, overrides, cfg = parse_options(argv, SERVE_KEYS, ("model",), SERVE_USAGE)
     if "max_queue" in opts and not opts["max_queue"].isdigit():

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from mice_exp.cache import read_json_if
 from mice_exp.errors import UserError
 from mice_exp.llm.records import publishable, read_records_file, read_records_header, read_stage, write_records_file
+from mice_exp.llm.sources import stage_sources
 from mice_exp.llm.stage import LLMStage
 from mice_exp.tracking.gitinfo import git_tags
 
@@ -39,8 +40,6 @@ def publish_records(stage: LLMStage, sources: Mapping[str, Any], path: Path | No
     names = list(sources["use"])
     computed: dict[str, Any] = {}
     if names:
-        from mice_exp.llm.sources import stage_sources  # loads torch, transformers
-
         computed = stage_sources(sources, stage, output, names)
     values = {n: [None if v != v else float(v) for v in vals] for n, vals in computed.items()}  # NaN -> null
     values = {n: v for n, v in output.sources.items() if n not in values} | values

@@ -238,7 +238,7 @@ class OpenAI(Backend):
         tokenizer of ``llm.source`` (no weights load)."""
         import openai
 
-        from mice_exp.llm.model import load_tokenizer  # loads torch, transformers
+        from mice_exp.llm.model import load_tokenizer  # loads torch
 
         cfg = self.settings
         self.check(cfg)
