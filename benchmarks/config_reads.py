@@ -27,7 +27,8 @@ from mice_exp.config import SETTINGS  # noqa: E402
 
 #: (module, variable): mappings keyed like the config that are files or rows, not the run config.
 NOT_CONFIG = {("mice_exp/gate/gate.py", "spec"), ("mice_exp/gate/gate.py", "s"),
-              ("mice_exp/gate/gate.py", "self.spec"), ("mice_exp/llm/records.py", "header"),
+              ("mice_exp/gate/gate.py", "self.spec"), ("mice_exp/gate/loading.py", "spec"),
+              ("mice_exp/gate/probability.py", "spec"), ("mice_exp/llm/records.py", "header"),
               ("mice_exp/llm/records.py", "stage_key"),
               ("mice_exp/report/collect.py", "key"), ("mice_exp/report/extras.py", "r.data.tags"),
               ("mice_exp/report/extras.py", "run.data.tags"), ("mice_exp/report/paper_terms.py", "entry"),

@@ -17,7 +17,8 @@ from mice_exp.gate.artifact import load_estimator, read_spec, save_gate, trusted
 from mice_exp.gate.build import fit_gate, save_run_gate
 from mice_exp.gate.chat import Call, Decision, InvalidRequest
 from mice_exp.gate.command import gate as gate_command
-from mice_exp.gate.gate import Gate, check_pipeline
+from mice_exp.gate.gate import Gate
+from mice_exp.gate.loading import check_pipeline
 from mice_exp.gate.queries import BadLine, parse_query, read_queries
 from mice_exp.gate.registry import fetch, log_gate, model_name, register_gate
 

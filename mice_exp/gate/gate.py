@@ -6,18 +6,17 @@ prompt (:meth:`mice_exp.llm.prompt.PromptBuilder.build`), the LLM stage's own ba
 (:func:`mice_exp.llm.stage.batches`, :func:`mice_exp.llm.stage.run_batch`: generation with capture,
 records, pooled arrays), held in memory as a :class:`mice_exp.llm.records.StageOutput` that the run's
 fitted feature view, saved with the gate, transforms exactly as it transformed the run's records
-(:func:`mice_exp.features.transform_features`), and the estimator's ``predict_proba`` on what its
-``design`` reads of them. The call is executed iff p > tau, tau being the
-minimum-Bayes-risk threshold of the saved risk setting (MICE Eq. 2).
+(:func:`mice_exp.features.transform_features`), and the estimator's ``predict_proba`` on what
+its ``design`` reads of them. The call is executed iff p > tau, tau being the
+minimum-Bayes-risk threshold of the saved risk setting (MICE Eq. 2; :mod:`mice_exp.gate.decisions`). Opening
+and checking a saved gate is :mod:`mice_exp.gate.loading`'s, reading a batch of chat requests
+:mod:`mice_exp.gate.requests`', the probability of a record :mod:`mice_exp.gate.probability`'s.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
 import threading
 import time
-import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -25,78 +24,26 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from mice_exp import __version__
 from mice_exp.errors import UserError
-from mice_exp.gate.artifact import (ENCODER_IDENTITY, ESTIMATOR_FILE, FEATURE_IDENTITY, LLM_IDENTITY, POOL_FILE,
-                                    VIEW_FILE, check_estimator, check_templates, load_estimator, load_pool, load_view,
-                                    read_spec, risk_entry)
-from mice_exp.gate.chat import (Call, Decision, InvalidRequest, Messages, call_problem, chat_example, check_tau,
-                                check_tools, read_call)
+from mice_exp.gate import decisions, probability
+from mice_exp.gate.artifact import check_templates, risk_entry
+from mice_exp.gate.chat import Decision, Messages, check_tau
+from mice_exp.gate.loading import check_model, open_saved
 from mice_exp.gate.queries import parse_query, query_id
-from mice_exp.gate.registry import fetch, is_mlflow_uri, model_name
+from mice_exp.gate.registry import model_name
+from mice_exp.gate.requests import call_too_long, chat_examples, proposed_replies, refuse_unprompted
 from mice_exp.llm.backends import backend_of, check_backend
-from mice_exp.llm.precision import resolve_dtype
-from mice_exp.llm.prompt import PromptBuilder, PromptTooLong, prompt_budget
+from mice_exp.llm.prompt import PromptBuilder, prompt_budget
 from mice_exp.llm.records import StageOutput
 from mice_exp.llm.stage import batch_records, batches, run_batch
 from mice_exp.paths import project_root
-from mice_exp.tracking.store import open_client, tracking_uri
 
 if TYPE_CHECKING:  # pragma: no cover
     from mice_exp.data.records import Example
     from mice_exp.features import FeatureSet
-    from mice_exp.llm.prompt import Prompt, PromptBuilder
+    from mice_exp.llm.prompt import Prompt
 
 SPLIT = "gate"  # the split name of the gate's records (the feature view ignores it)
-
-
-def _norm(value: Any) -> Any:
-    return None if value in (None, [], {}) else value  # an absent list-valued key means an empty one
-
-
-def _differences(saved: Mapping[str, Any], asked: Mapping[str, Any], keys: Sequence[str], prefix: str) -> list[str]:
-    return [f"{prefix}.{k}={saved.get(k)!r} in the gate but {asked.get(k)!r} in the config"
-            for k in keys if _norm(saved.get(k)) != _norm(asked.get(k))]
-
-
-def _check_llm(saved: Mapping[str, Any], asked: Mapping[str, Any], where: str) -> None:
-    if saved.get("name") != asked.get("name"):
-        raise UserError(f"the gate {where} was saved for llm={saved.get('name')} ({saved.get('display')}), "
-                        f"but the config asks for llm={asked.get('name')}; expected a gate saved by a "
-                        f"{asked.get('name')} pipeline, or no llm override")
-    if saved.get("dtype") and asked.get("dtype") and saved["dtype"] != asked["dtype"]:  # "auto" against what it
-        device = asked.get("device") or "cpu"  # resolves to (a gate saved before dtypes were resolved says "auto")
-        saved, asked = ({**cfg, "dtype": resolve_dtype(cfg["dtype"], device)} for cfg in (saved, asked))
-    diff = _differences(saved, asked, LLM_IDENTITY, "llm")
-    if diff:
-        raise UserError(f"the gate {where} was saved by a different {saved.get('name')} setup: {diff[0]}; "
-                        "expected the LLM settings the gate was trained with")
-
-
-def _check_features(saved: Mapping[str, Any], asked: Mapping[str, Any], where: str) -> None:
-    diff = _differences(saved, asked, FEATURE_IDENTITY, "features")
-    diff += _differences(saved.get("encoder") or {}, asked.get("encoder") or {}, ENCODER_IDENTITY, "features.encoder")
-    if diff:
-        raise UserError(f"the gate {where} was saved for features={saved.get('name')} but the config asks for "
-                        f"features={asked.get('name')} ({diff[0]}); expected the gate's feature view")
-
-
-#: The parts of a pipeline a caller may expect of a gate, each compared with the gate's own by its check.
-PART_CHECKS = {"llm": _check_llm, "features": _check_features}
-
-
-def check_pipeline(spec: Mapping[str, Any], cfg: Mapping[str, Any], where: str,
-                   parts: Sequence[str] = ("llm", "features")) -> None:
-    """Refuse (one-line UserError) when the caller's config names another LLM or feature view."""
-    for part in parts:
-        if part in cfg:
-            PART_CHECKS[part](spec[part], cfg[part], where)
-
-
-def _open_client(tracking: Mapping[str, Any] | str | None, root: Path | None):
-    if isinstance(tracking, str):
-        return open_client(tracking)
-    return open_client(tracking_uri(tracking or {}, Path(root or project_root())))
 
 
 class Gate:
@@ -131,7 +78,7 @@ class Gate:
         # the last call's parts in seconds: prepare_s, generate_s or forward_s and records_s, features_s, total_s
         self.timing: dict[str, float] = {}
         if llm is not None:
-            self._check_llm(llm)
+            check_model(spec, llm)
             self._llm = llm
 
     # ------------------------------------------------------------------ loading
@@ -154,31 +101,9 @@ class Gate:
             tracking: the ``tracking`` config (or a tracking URI) for MLflow sources; default: the
                 project's embedded store.
         """
-        keep = None
-        if is_mlflow_uri(str(source)):
-            keep = tempfile.TemporaryDirectory(prefix="mice-gate-")
-            folder = fetch(str(source), _open_client(tracking, root), Path(keep.name))
-        else:
-            folder = Path(source).expanduser()
-            if not folder.is_dir():
-                raise UserError(f"model={source}: no such folder; expected a gate folder, runs:/<run id>/gate "
-                                "or models:/<name>/<version>")
-        spec = read_spec(folder)
-        if expect is not None:
-            check_pipeline(spec, expect, str(source), parts)
-        if spec.get("mice_exp_version") != __version__:
-            warnings.warn(f"gate {source} was saved by mice_exp {spec.get('mice_exp_version')}, this is {__version__}",
-                          stacklevel=2)
-        estimator = load_estimator(folder / ESTIMATOR_FILE, spec["estimator"]["class"])
-        check_estimator(estimator, spec["columns"])
-        view = None
-        if "view" in spec:
-            from mice_exp.features import set_runtime  # loads sklearn
-
-            # BERTScores computed, not cached: every batch of queries is a stage keyed "gate"
-            view = set_runtime(load_view(folder / VIEW_FILE, spec["view"]["class"]), None, int(spec["seed"]))
-        return cls(folder, spec, estimator, view, load_pool(folder / POOL_FILE), llm=llm, device=device,
-                   batch_size=batch_size, engine=engine, models=models, keep=keep)
+        saved = open_saved(source, expect, parts, tracking, root)
+        return cls(saved.folder, saved.spec, saved.estimator, saved.view, saved.pool, llm=llm, device=device,
+                   batch_size=batch_size, engine=engine, models=models, keep=saved.keep)
 
     @property
     def tau(self) -> float:
@@ -205,16 +130,6 @@ class Gate:
                 f"{s['estimator'].get('name') or s['estimator']['class'].rsplit('.', 1)[1]} | "
                 f"risk {s['risk']['name']} (tau={self.tau:g}) | demo pool {len(self.pool)}")
 
-    def _check_llm(self, llm: Any) -> None:
-        saved = self.spec["llm"]["name"]
-        if llm.name != saved:
-            raise UserError(f"the gate needs llm={saved}; the model given is {llm.name}")
-        stage = self.spec.get("llm_stage") or {}
-        for key in ("n_layers", "hidden_size"):
-            if key in stage and int(stage[key]) != int(getattr(llm, key)):
-                raise UserError(f"the gate was trained on a {saved} with {key}={stage[key]}; the loaded model has "
-                                f"{getattr(llm, key)}; expected the same weights")
-
     def backend(self) -> Any:
         """The gate's LLM backend (``llm.backend`` of its saved settings), holding the LLM it was given, if any."""
         if self._backend is None:
@@ -226,7 +141,7 @@ class Gate:
         """The generator, loaded (torch, or an engine, with the model) and checked against the saved gate once."""
         if self._llm is None:
             llm = self.backend().generator()
-            self._check_llm(llm)
+            check_model(self.spec, llm)
             self._llm = llm
         return self._llm
 
@@ -260,33 +175,18 @@ class Gate:
 
     # ------------------------------------------------------------------ scoring
     def features(self, stage: StageOutput) -> FeatureSet:
-        """The feature rows of an LLM-stage output through the run's fitted view; a gate saved before gates
-        kept their view (a stateless one) fits its view on ``stage`` itself, as it did then."""
-        from mice_exp.features import fit_features, make_view, transform_features  # loads sklearn
-
-        if self.view is None:
-            view = make_view(self.spec["features"], None, int(self.spec["seed"]))
-            return fit_features(view.on_device(self.device) if self.device else view, stage)
-        return transform_features(self.view, stage)
+        """The feature rows of an LLM-stage output through the run's fitted view (:func:`~mice_exp.gate.
+        probability.features`)."""
+        return probability.features(self.view, self.spec, self.device, stage)
 
     def reads(self) -> tuple[bool, bool]:
-        """Whether the gate's view and estimator read the logit lens' layer strings, and the LLM's hidden-state
-        arrays (their :class:`~mice_exp.needs.Needs`): a scored call's pass computes only what they read (a
-        confidence-only gate: the plain forward pass with the call's logits). A gate saved before gates kept
-        their view reads both."""
-        if self.view is None:
-            return True, True
-        needs = self.view.needs()
-        if callable(getattr(self.estimator, "needs", None)):
-            needs = needs | self.estimator.needs()
-        return "layer_strings" in needs.record_fields, bool(needs.arrays)
+        """Whether the view and estimator read the lens' layer strings and the hidden-state arrays: all that a
+        scored call's pass computes (:func:`~mice_exp.gate.probability.reads`)."""
+        return probability.reads(self.view, self.estimator)
 
     def probabilities(self, fs: FeatureSet) -> np.ndarray:
         """P(correct) for the rows of a FeatureSet built with the gate's feature view."""
-        if list(fs.columns) != self.columns:
-            raise UserError(f"the feature view gave columns {fs.columns[:4]}...; the gate was fitted on "
-                            f"{self.columns[:4]}... ({len(self.columns)}); expected the same view and LLM")
-        return self.estimator.predict_proba(self.estimator.design(fs))[:, 1]
+        return probability.probabilities(self.estimator, self.columns, fs)
 
     def decide(self, queries: Sequence[Any], places: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """One answer per query, in order: ``{id, call: {api, args}, text, probability, decision, tau,
@@ -302,10 +202,10 @@ class Gate:
             try:
                 examples[i] = parse_query(item, i, places[i] if places else None)
             except UserError as error:
-                answers[i] = self._error(ids[i], str(error))
+                answers[i] = decisions.failed(ids[i], str(error), self.tau)
         prompts, failed = self._prompts(examples)
         for i, error in failed.items():
-            answers[i] = self._error(ids[i], str(error).replace(examples[i].id, f"query {ids[i]!r}"))
+            answers[i] = decisions.failed(ids[i], str(error).replace(examples[i].id, f"query {ids[i]!r}"), self.tau)
         self.timing = {"prepare_s": time.perf_counter() - start}
         if prompts:
             records, p = self._run(examples, prompts)
@@ -328,7 +228,7 @@ class Gate:
             return []
         start = time.perf_counter()
         tau = self.tau if tau is None else check_tau(tau)
-        examples = self._chat_examples([(m, t) for m, t in requests])
+        examples = self._chat_examples(requests)
         with self._lock:
             prompts = self._request_prompts(examples, len(requests))
             self.timing = {"prepare_s": time.perf_counter() - start}  # this call's parts only, as score_batch's
@@ -375,15 +275,7 @@ class Gate:
         start = time.perf_counter()
         tau = self.tau if tau is None else check_tau(tau)
         examples = self._chat_examples([(m, t) for m, t, _ in requests])
-        fmt, replies, problems = self.builder().fmt, {}, {}
-        for i, (_, tools, call) in enumerate(requests):
-            try:
-                name, arguments = read_call(call)
-            except InvalidRequest as error:
-                raise _numbered(error, i, len(requests)) from None
-            problems[i] = call_problem(name, arguments, check_tools(tools))
-            replies[i] = (fmt.write(name, arguments) if problems[i] else
-                          canonical_reply(fmt, name, arguments, f"request #{i}: " if len(requests) > 1 else ""))
+        replies, problems = proposed_replies(requests, self.builder().fmt)
         with self._lock:
             prompts = self._request_prompts(examples, len(requests))
             self.timing = {"prepare_s": time.perf_counter() - start}
@@ -393,30 +285,17 @@ class Gate:
             self.timing["total_s"] = time.perf_counter() - start
         decided = {i: self._decision(record, float(prob), tau, examples[i].tool_names)
                    for i, record, prob in zip(scored, records, p)}
-        return [decided.get(i) or denied(problems[i], replies[i], tau, len(prompts[i].ids)) for i in sorted(prompts)]
+        return [decided.get(i) or decisions.denied(problems[i], replies[i], tau, len(prompts[i].ids))
+                for i in sorted(prompts)]
 
     def _chat_examples(self, requests: Sequence[tuple[Messages, Any]]) -> dict[int, Example]:
         """Each ``(messages, tools)`` request as the :class:`Example` the prompt builder takes."""
-        schemas = self.prompt_cfg.get("tools", "text") == "schemas"
-        examples = {}
-        for i, (messages, tools) in enumerate(requests):
-            try:
-                examples[i] = chat_example(messages, tools, i, schemas)
-            except InvalidRequest as error:
-                raise _numbered(error, i, len(requests)) from None
-        return examples
+        return chat_examples(requests, self.prompt_cfg.get("tools", "text") == "schemas")
 
     def _request_prompts(self, examples: Mapping[int, Example], n_requests: int) -> dict[int, Prompt]:
         """:meth:`_prompts` for chat requests, where a request without a prompt refuses the batch."""
         prompts, failed = self._prompts(examples)
-        for i, error in failed.items():
-            where = "" if n_requests == 1 else f"request #{i}: "
-            if not isinstance(error, PromptTooLong):
-                raise InvalidRequest(f"{where}{error}", param="tools")
-            raise InvalidRequest(f"{where}the gate's prompt for these messages and tools has {error.tokens} tokens "
-                                 f"without demonstrations; {self.spec['llm']['name']}'s context window leaves "
-                                 f"{error.budget} (llm.context_window minus llm.max_new_tokens); expected shorter "
-                                 "messages or fewer tools", param="messages", code="context_length_exceeded")
+        refuse_unprompted(failed, n_requests, self.spec["llm"]["name"])
         return prompts
 
     def _prompts(self, examples: Mapping[int, Example]) -> tuple[dict[int, Prompt], dict[int, UserError]]:
@@ -467,13 +346,8 @@ class Gate:
         window = int(self.llm_cfg["context_window"])
         tokens = {i: reply_tokens(teacher.tokenizer, replies[i]) for i in prompts}
         for i, prompt in prompts.items():
-            length = len(tokens[i])
-            if len(prompt.ids) + length > window:
-                where = "the call" if len(prompts) == 1 else f"request #{i}: the call"
-                raise InvalidRequest(f"{where} is {length} tokens after a prompt of {len(prompt.ids)}; "
-                                     f"{self.spec['llm']['name']}'s context window holds {window} "
-                                     "(llm.context_window); expected a shorter call or shorter messages",
-                                     param="tool_calls", code="context_length_exceeded")
+            if len(prompt.ids) + len(tokens[i]) > window:
+                raise call_too_long(i, len(prompts), len(tokens[i]), len(prompt.ids), self.spec["llm"]["name"], window)
         records, arrays = [], []
         lens, states = self.reads()
         self.timing.update(forward_s=0.0, records_s=0.0)  # the teacher's passes (the lens where read); their records
@@ -503,59 +377,7 @@ class Gate:
         return [records[n] for n in keep], p[keep]
 
     def _decision(self, record: Mapping[str, Any], p: float, tau: float, tools: Sequence[str]) -> Decision:
-        """The decision on a record; a call to a tool the request did not offer (the prompt also shows the
-        demonstrations' tools) is no call: nothing the caller could run."""
-        from mice_exp.features.arguments import answer_arguments  # loads sklearn
-
-        call, why = None, record["parse_error"]
-        if record["pred_args"] is not None:
-            if record["pred_api"] in tools:
-                span = self.builder().fmt.spans(record["text"]).args
-                call = Call(record["pred_api"], record["pred_args"],
-                            None if span is None else record["text"][span[0]:span[1]])
-            else:
-                why = (f"the reply calls {record['pred_api']!r}, which is not among the tools offered "
-                       f"({', '.join(tools)})")
-        return Decision(call=call, probability=p,
-                        arguments=answer_arguments(record, self.builder().fmt)[0] if call else {},
-                        execute=call is not None and p > tau, tau=tau, text=record["text"], parse_error=why,
-                        prompt_tokens=int(record["prompt_tokens"]), completion_tokens=len(record["token_ids"]))
+        return decisions.decision(record, p, tau, tools, self.builder().fmt)
 
     def _answer(self, qid: Any, record: Mapping[str, Any], p: float) -> dict[str, Any]:
-        from mice_exp.features.arguments import answer_arguments  # loads sklearn
-
-        arguments, why_none = answer_arguments(record, self.builder().fmt)
-        return {"id": qid, "call": {"api": record["pred_api"], "args": record["pred_args"]}, "text": record["text"],
-                "probability": p, "decision": "execute" if p > self.tau else "abstain", "tau": self.tau,
-                "raw_confidence": record["raw_confidence"], "arguments": arguments, "arguments_error": why_none,
-                "parse_error": record["parse_error"], "error": None}
-
-    def _error(self, qid: Any, message: str) -> dict[str, Any]:
-        return {"id": qid, "call": None, "text": None, "probability": None, "decision": None, "tau": self.tau,
-                "raw_confidence": None, "arguments": None, "arguments_error": None, "parse_error": None,
-                "error": message}
-
-
-def denied(problem: str, reply: str, tau: float, prompt_tokens: int) -> Decision:
-    """A proposed call that cannot be executed as it stands (:func:`~mice_exp.gate.chat.call_problem`: a tool not
-    offered, arguments that are not JSON or that its schema does not admit): denied before scoring, so it carries
-    no probability of being right (a number there would be read as one)."""
-    return Decision(call=None, probability=None, arguments={}, execute=False, tau=tau, text=reply, parse_error=problem,
-                    prompt_tokens=prompt_tokens, completion_tokens=0)
-
-
-def canonical_reply(fmt: Any, name: str, arguments: str, where: str = "") -> str:
-    """A proposed call as the gate scores it: in the canonical layout (:meth:`~mice_exp.llm.toolcall.CallFormat.
-    canonical`) whatever layout, key order or escaping its JSON came in, so one call gets one probability under
-    every host (the Agents SDK hands on the model's text, LangChain re-serialises it)."""
-    parsed = json.loads(arguments)  # an object: a call with a problem (call_problem) is not scored
-    try:
-        return fmt.canonical(name, parsed)
-    except ValueError as error:
-        raise InvalidRequest(f"{where}{error}", param="tool_calls") from None
-
-
-def _numbered(error: InvalidRequest, index: int, n_requests: int) -> InvalidRequest:
-    """A request's error as a batch of ``n_requests`` reports it (naming the request when there are several)."""
-    return error if n_requests == 1 else InvalidRequest(f"request #{index}: {error}", error.param, error.code,
-                                                        error.status)
+        return decisions.answer(qid, record, p, self.tau, self.builder().fmt)
