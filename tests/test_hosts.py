@@ -350,7 +350,7 @@ def test_the_hosts_package_imports_without_torch():
 
 
 def test_a_gate_is_a_loaded_gate_or_the_url_of_mice_exp_serve():
-    assert scorer("http://127.0.0.1:8000/v1").url == "http://127.0.0.1:8000/v1/tool_calls/check"
+    assert scorer("http://127.0.0.1:8000/v1").scorer.url == "http://127.0.0.1:8000/v1/tool_calls/check"
     with pytest.raises(UserError, match="expected a loaded Gate"):
         scorer("gate/")
     unreachable = HttpScorer("http://127.0.0.1:9", timeout=5)  # the discard port: nothing listens

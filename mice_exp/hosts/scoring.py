@@ -205,9 +205,9 @@ def _results(url: str, body: bytes, n_calls: int) -> list[dict[str, Any]]:
     keys = ("decision", "probability", "tau")
     if not isinstance(results, list) or len(results) != n_calls or not all(
             isinstance(r, dict) and all(k in r for k in keys) for r in results):
-        raise GateUnavailable(f"{url} answered {body[:60]!r}, not the verdicts of mice-exp serve's /v1/tool_calls/check "
-                        f"(a JSON object whose 'results' hold {n_calls} {{decision, probability, tau}}); expected the "
-                        "URL of mice-exp serve")
+        raise GateUnavailable(f"{url} answered {body[:60]!r}, not the verdicts of mice-exp serve's "
+                              f"/v1/tool_calls/check (a JSON object whose 'results' hold {n_calls} {{decision, "
+                              "probability, tau}); expected the URL of mice-exp serve")
     return results
 
 
@@ -248,7 +248,7 @@ class Guarded:
 
     def unscored(self, call: dict[str, Any], why: str) -> Verdict:
         """The verdict on a call the gate gave no verdict on: denied, or run where the host chose fail-open."""
-        policy = "fail_open=True: the call runs unscored" if self.fail_open else (
+        policy = "fail_open=True" if self.fail_open else (
             "fail-closed: no call runs without the gate's verdict (fail_open=True runs them unscored)")
         return Verdict(call_id=call["id"], name=call["function"]["name"], execute=self.fail_open, probability=None,
                        tau=None, reason=f"{why}; {policy}")
