@@ -343,8 +343,8 @@ def test_one_call_in_any_layout_gets_one_probability_from_gate_http_and_both_hos
 
 
 def test_the_hosts_package_imports_without_torch():
-    code = ("import sys, mice_exp.hosts.openai_agents, mice_exp.hosts.langchain_middleware; "
-            "print('torch' in sys.modules)")
+    hosts = ["openai_agents", "langchain_middleware", "claude_hooks", "google_adk", "inspect_approver", "mcp_proxy"]
+    code = f"import sys; import {', '.join('mice_exp.hosts.' + h for h in hosts)}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE_ROOT)
     assert out.stdout.strip() == "False"
 
