@@ -22,6 +22,7 @@ USAGE = """usage: mice-exp [-m] [key=value ...]         run the configured exper
        mice-exp records [output=FILE] [...]     publish the LLM stage as a records file (llm.records=FILE)
        mice-exp mcq [template=plain|chat] [...] each candidate answer's log-likelihood (dataset=when2call)
        mice-exp ui [key=value ...]              the MLflow runs table (link printed, local store served)
+       mice-exp claude-hook gate=URL [...]      a Claude Code PreToolUse hook: the hook JSON in, the decision out
 
 Each subcommand takes -h / --help. The config groups and their options are below; a run's resolved
 config: `mice-exp --cfg job [key=value ...]`; Hydra's own flags (--cfg, --info, --multirun, ...):
@@ -53,6 +54,15 @@ MCQ_USAGE = ("usage: mice-exp mcq [template=plain|chat] [output=FILE] [hydra ove
              "LLM as lm-eval-harness does (summed token log-likelihoods; template=plain: When2Call's task as it is,\n"
              "chat: with the LLM's chat template) and writes them, by default to\n"
              "experiments/<dataset>/mcq-<llm>-<template>.json; an interrupted run resumes from its cache")
+
+CLAUDE_HOOK_USAGE = ("usage: mice-exp claude-hook gate=URL [tools=FILE] [tau=T] [timeout=S] [fail_open=true]\n"
+                     "                            [trusted=allow|defer]\n"
+                     "a Claude Code PreToolUse command hook: reads the hook's JSON on stdin, asks the gate at URL\n"
+                     "(mice-exp serve) about the call and prints the decision JSON (deny or ask with the gate's\n"
+                     "probability; allow, or no decision with trusted=defer). tools=FILE: a JSON list of OpenAI tool\n"
+                     "schemas the gate is shown (a tool not in it is shown with the call's own arguments). A gate\n"
+                     "that gives no verdict within timeout=S seconds (default 50; keep it below the hook's own\n"
+                     "timeout) denies the call, unless fail_open=true. See docs/hosts.md.")
 
 
 def usage() -> str:
@@ -233,6 +243,30 @@ def ui(argv: Sequence[str]) -> None:
                    check=False)
 
 
+def claude_hook(argv: Sequence[str]) -> None:
+    """``mice-exp claude-hook gate=URL [...]``: the gate as a Claude Code ``PreToolUse`` command hook."""
+    if wants_help(argv):
+        print(CLAUDE_HOOK_USAGE)
+        return
+    import json
+
+    from mice_exp.hosts.claude_hooks import HOOK_TIMEOUT, GateHook, command  # torch-free
+
+    known = {"gate", "tools", "tau", "timeout", "fail_open", "trusted"}
+    opts = dict(a.split("=", 1) for a in argv if "=" in a)
+    wrong = [a for a in argv if "=" not in a or a.split("=", 1)[0] not in known]
+    if wrong or "gate" not in opts:
+        raise UserError(f"{CLAUDE_HOOK_USAGE.splitlines()[0]}; expected gate=URL"
+                        + (f", not {wrong[0]!r}" if wrong else ""))
+    if opts.get("fail_open", "false") not in ("true", "false"):
+        raise UserError(f"fail_open={opts['fail_open']}; expected true or false")
+    tools = json.loads(resolve(opts["tools"], Path.cwd()).read_text()) if "tools" in opts else []
+    hook = GateHook(opts["gate"], tools=tools, tau=float(opts["tau"]) if "tau" in opts else None,
+                    timeout=float(opts.get("timeout", HOOK_TIMEOUT)), fail_open=opts.get("fail_open") == "true",
+                    trusted=opts.get("trusted", "allow"))  # type: ignore[arg-type]
+    command(hook)
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {"inspect": inspect, "report": report, "gate": gate,
                                                         "serve": serve, "records": records, "mcq": mcq,
-                                                        "ui": ui}
+                                                        "ui": ui, "claude-hook": claude_hook}

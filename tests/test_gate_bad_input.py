@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 import urllib.error
 import urllib.request
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -18,6 +16,7 @@ from mice_exp.cache import file_sha256
 from mice_exp.errors import UserError
 from mice_exp.gate import Gate, InvalidRequest
 from mice_exp.hosts import HttpScorer
+from tests.stand_in_gate import StandInGate
 from tests.test_gate import WEATHER, ask, fitted  # noqa: F401 - fitted: test_gate's saved tiny_random gate
 from tests.test_hosts import gate, served  # noqa: F401 - the gate loaded from it, and mice-exp serve on it
 
@@ -115,33 +114,10 @@ def test_a_template_naming_a_field_the_prompt_does_not_fill_is_refused_when_the_
         Gate.load(folder)
 
 
-class _Answers(BaseHTTPRequestHandler):
-    """Whatever a wrong URL answers: 200 with a web page or with some other JSON."""
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        self.rfile.read(int(self.headers["Content-Length"]))
-        body, kind = self.server.body  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 @pytest.mark.parametrize("body, kind", [(b"<html><body>hello</body></html>", "text/html"),
                                         (b'{"hello": "world"}', "application/json")])
 def test_a_guard_whose_url_is_not_the_gate_says_so_in_one_line(body, kind):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
-    server.body = (body, kind)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with StandInGate(body=body, kind=kind) as wrong:
         with pytest.raises(UserError, match=r"not the verdicts of mice-exp serve's /v1/tool_calls/check") as info:
-            HttpScorer(f"http://127.0.0.1:{server.server_port}/v1").score_calls(
-                ask("Weather in Paris?"), [WEATHER], [weather('{"city": "Paris"}')])
-        assert "\n" not in str(info.value)
-    finally:
-        server.shutdown()
-        server.server_close()
+            HttpScorer(wrong.url).score_calls(ask("Weather in Paris?"), [WEATHER], [weather('{"city": "Paris"}')])
+    assert "\n" not in str(info.value)

@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -35,9 +36,10 @@ from mice_exp.gate.app import open_server
 from mice_exp.hosts import GateScorer, HttpScorer, Scorer, scorer
 from mice_exp.hosts.langchain_middleware import GateMiddleware
 from mice_exp.hosts.openai_agents import GateGuard
-from mice_exp.hosts.scoring import tool_call
+from mice_exp.hosts.scoring import Verdict, tool_call
 from mice_exp.paths import PACKAGE_ROOT
 from tests.scripted_model import ScriptedModel
+from tests.stand_in_gate import TIMEOUT, unavailable  # noqa: F401 - unavailable: each gate that gives no verdict
 from tests.test_gate import fitted  # noqa: F401 - the module's gate
 
 pytestmark = pytest.mark.timeout(300)
@@ -100,11 +102,12 @@ def assert_the_gate_saw_the_whole_conversation(seen: list[tuple]) -> None:
 
 
 # ---------------------------------------------------------------------- OpenAI Agents SDK
-def run_agents_sdk(gate: Scorer, hook: str, approve: bool = False, task: list = TASK):
-    """The task through ``Runner.run_sync``, guarded by ``gate``; ``hook`` is how held calls are stopped:
-    ``tool_input_guardrails`` (blocked) or ``needs_approval`` (a person is asked; ``approve`` says yes to each)."""
+def run_agents_sdk(gate: Scorer | str, hook: str, approve: bool = False, task: list = TASK, **guarding):
+    """The task through ``Runner.run_sync``, guarded by ``gate`` (``guarding``: GateGuard's timeout, fail_open);
+    ``hook`` is how held calls are stopped: ``tool_input_guardrails`` (blocked) or ``needs_approval`` (a person
+    is asked; ``approve`` says yes to each)."""
     ran, asked = [], []
-    guard = GateGuard(gate)
+    guard = GateGuard(gate, **guarding)
     hooked = {"tool_input_guardrails": [guard.guardrail]} if hook == "tool_input_guardrails" else {
         "needs_approval": guard.needs_approval}
     with ScriptedModel(task) as model:
@@ -162,12 +165,13 @@ def test_agents_sdk_refuses_a_run_without_the_guards_hooks(gate):
 
 
 # ---------------------------------------------------------------------- LangChain
-def run_langchain(gate: Scorer, review: bool = False, approve: bool = False, use_async: bool = False,
-                  task: list = TASK):
-    """The task through ``create_agent``, guarded by ``gate``: held calls blocked, or (``review``) asked about,
-    each approved if ``approve``; ``use_async`` runs it with ``ainvoke`` (the middleware's async hooks)."""
+def run_langchain(gate: Scorer | str, review: bool = False, approve: bool = False, use_async: bool = False,
+                  task: list = TASK, **guarding):
+    """The task through ``create_agent``, guarded by ``gate`` (``guarding``: GateMiddleware's timeout,
+    fail_open): held calls blocked, or (``review``) asked about, each approved if ``approve``; ``use_async`` runs
+    it with ``ainvoke`` (the middleware's async hooks)."""
     ran, asked = [], []
-    guard = GateMiddleware(gate)
+    guard = GateMiddleware(gate, **guarding)
     tools = [tool(f) for f in task_tools(ran)]
     middleware = [guard, guard.review(tools)] if review else [guard]
     config = {"configurable": {"thread_id": "task"}}
@@ -248,6 +252,36 @@ def test_over_http_a_guard_gets_the_verdicts_it_gets_in_process(gate, served, ta
         assert (verdict.execute, verdict.tau) == (local.verdicts[call_id].execute, tau)
 
 
+@pytest.mark.parametrize("fail_open", [False, True], ids=["fail-closed", "fail-open"])
+def test_both_hosts_deny_every_call_when_the_gate_gives_no_verdict_unless_told_to_fail_open(unavailable, fail_open):
+    """Down, slower than the timeout, or not the gate: each call is denied (the model reads why), or with
+    ``fail_open=True`` runs unscored; either way within the guard's timeout (the slow stand-in waits 30 s)."""
+    start = time.perf_counter()
+    _, guard, ran, _, requests = run_agents_sdk(unavailable, "tool_input_guardrails", timeout=TIMEOUT,
+                                                fail_open=fail_open)
+    result, ran_in_langchain, _, _ = run_langchain(unavailable, timeout=TIMEOUT, fail_open=fail_open)
+    seconds = time.perf_counter() - start
+    assert ran == ran_in_langchain == (["get_date", "add_days"] if fail_open else [])
+    verdicts = [*guard.verdicts.values(), *(Verdict(**v) for m in result["messages"] if m.type == "ai" and m.tool_calls
+                                            for v in m.response_metadata["mice_exp"].values())]
+    assert len(verdicts) == 4 and {(v.decision, v.probability, v.tau) for v in verdicts} == {
+        ("allow" if fail_open else "deny", None, None)}
+    if not fail_open:
+        assert all("fail-closed" in why for why in tool_turns(requests[-1]))
+    assert seconds < 4 * TIMEOUT + 20  # four calls, each at most its timeout; the slow gate alone would take 120 s
+
+
+def test_a_call_is_decided_once_so_a_replay_gets_the_same_verdict(gate):
+    seen = Recording(gate, 0.5)
+    guarded = scorer(seen)
+    messages, tools = [{"role": "user", "content": QUESTION}], [convert_to_openai_tool(tool(f)) for f in task_tools([])]
+    call = tool_call("call_7", "get_date", {"city": "Paris"})
+    first = guarded.score_calls(messages, tools, [call])
+    assert guarded.score_calls(messages, tools, [call]) == first and len(seen.seen) == 1
+    (other,) = guarded.score_calls(messages, tools, [tool_call("call_7", "get_date", {"city": "Lyon"})])
+    assert len(seen.seen) == 2 and other.probability is not None  # the same id with other arguments: scored anew
+
+
 #: One right call in five layouts: json.dumps' (what LangChain re-serialises any call to), indented, keys in another
 #: order, no spaces, and escapes with odd whitespace. The gate renders every call canonically before scoring it.
 LAYOUTS = ['{"date": "2022-09-30", "days": 30}', '{\n    "date": "2022-09-30",\n    "days": 30\n}',
@@ -309,14 +343,14 @@ def test_one_call_in_any_layout_gets_one_probability_from_gate_http_and_both_hos
 
 
 def test_the_hosts_package_imports_without_torch():
-    code = ("import sys, mice_exp.hosts.openai_agents, mice_exp.hosts.langchain_middleware; "
-            "print('torch' in sys.modules)")
+    hosts = ["openai_agents", "langchain_middleware", "claude_hooks", "google_adk", "inspect_approver", "mcp_proxy"]
+    code = f"import sys; import {', '.join('mice_exp.hosts.' + h for h in hosts)}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE_ROOT)
     assert out.stdout.strip() == "False"
 
 
 def test_a_gate_is_a_loaded_gate_or_the_url_of_mice_exp_serve():
-    assert scorer("http://127.0.0.1:8000/v1").url == "http://127.0.0.1:8000/v1/tool_calls/check"
+    assert scorer("http://127.0.0.1:8000/v1").scorer.url == "http://127.0.0.1:8000/v1/tool_calls/check"
     with pytest.raises(UserError, match="expected a loaded Gate"):
         scorer("gate/")
     unreachable = HttpScorer("http://127.0.0.1:9", timeout=5)  # the discard port: nothing listens

@@ -10,6 +10,6 @@ Each host module imports its framework (the ``hosts`` extra); this package and :
 import neither, nor torch: over HTTP (``mice-exp serve``) the agent's process needs no model.
 """
 
-from mice_exp.hosts.scoring import GateScorer, HttpScorer, Scorer, Verdict, scorer
+from mice_exp.hosts.scoring import GateScorer, GateUnavailable, Guarded, HttpScorer, Scorer, Verdict, scorer
 
-__all__ = ["GateScorer", "HttpScorer", "Scorer", "Verdict", "scorer"]
+__all__ = ["GateScorer", "GateUnavailable", "Guarded", "HttpScorer", "Scorer", "Verdict", "scorer"]

@@ -29,7 +29,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from mice_exp.errors import UserError
-from mice_exp.hosts.scoring import Verdict, scorer, tool_call
+from mice_exp.hosts.scoring import TIMEOUT, Verdict, scorer, tool_call
 
 #: Where a reply carries the gate's verdicts: ``AIMessage.response_metadata[KEY][call id]``.
 KEY = "mice_exp"
@@ -38,11 +38,13 @@ KEY = "mice_exp"
 class GateMiddleware(AgentMiddleware):
     """Scores the agent's proposed calls with a gate (a loaded ``Gate``, or the URL of ``mice-exp serve``) and
     blocks those at or below ``tau`` (default: the gate's own risk setting), except the tools handed to
-    :meth:`review`, whose held calls wait for a person instead."""
+    :meth:`review`, whose held calls wait for a person instead; a gate that gives no verdict within ``timeout``
+    seconds blocks every call, unless ``fail_open``."""
 
-    def __init__(self, gate: Any, *, tau: float | None = None) -> None:
+    def __init__(self, gate: Any, *, tau: float | None = None, timeout: float = TIMEOUT,
+                 fail_open: bool = False) -> None:
         super().__init__()
-        self.scorer = scorer(gate, tau)
+        self.scorer = scorer(gate, tau, timeout=timeout, fail_open=fail_open)
         self.reviewed: set[str] = set()
 
     # ------------------------------------------------------------------ scoring the model's reply

@@ -17,6 +17,10 @@ guardrail or the approval only looks the verdict up by the call's id::
     Runner.run_sync(agent, "...", hooks=guard.hooks)
 
 A run without ``hooks=guard.hooks`` is refused at its first guarded call (the guard has not seen the call).
+An MCP server's tools (``MCPServerStdio(...)`` and the like) are function tools too: the guard hands the gate
+their MCP annotations, so over HTTP ``readOnlyHint`` decides at the gate's low-risk tau and
+``destructiveHint`` at its high-risk one; ``MCPServerStdio(..., tool_input_guardrails=[guard.guardrail])``
+blocks a held call of any of the server's tools.
 """
 
 from __future__ import annotations
@@ -30,16 +34,18 @@ from agents.models.chatcmpl_converter import Converter
 from agents.tool_guardrails import ToolInputGuardrailData
 
 from mice_exp.errors import UserError
-from mice_exp.hosts.scoring import Verdict, scorer, tool_call
+from mice_exp.hosts.scoring import TIMEOUT, Verdict, annotated, scorer, tool_call
 
 
 class GateGuard:
     """Scores the agent's proposed calls with a gate (a loaded ``Gate``, or the URL of ``mice-exp serve``) and
-    holds those at or below ``tau`` (default: the gate's own risk setting)."""
+    holds those at or below ``tau`` (default: the gate's own risk setting); a gate that gives no verdict within
+    ``timeout`` seconds holds every call, unless ``fail_open``."""
 
-    def __init__(self, gate: Any, *, tau: float | None = None) -> None:
-        self.scorer = scorer(gate, tau)
-        self.verdicts: dict[str, Verdict] = {}  # by call id; kept so a resumed run finds an approved call's verdict
+    def __init__(self, gate: Any, *, tau: float | None = None, timeout: float = TIMEOUT,
+                 fail_open: bool = False) -> None:
+        self.scorer = scorer(gate, tau, timeout=timeout, fail_open=fail_open)
+        self.verdicts = self.scorer.verdicts  # by call id; kept so a resumed run finds an approved call's verdict
         self.hooks = _ScoreProposedCalls(self)
         self.guardrail: ToolInputGuardrail[Any] = ToolInputGuardrail(self._block, name="mice_exp_gate")
 
@@ -80,6 +86,10 @@ class _ScoreProposedCalls(RunHooks[Any]):
                  if getattr(item, "type", None) == "function_call"]
         if not calls:
             return
-        tools = [Converter.tool_to_openai(t) for t in await agent.get_all_tools(context) if isinstance(t, FunctionTool)]
-        verdicts = await asyncio.to_thread(self.guard.scorer.score_calls, messages, tools, calls)
-        self.guard.verdicts.update((v.call_id, v) for v in verdicts)
+        tools = [openai_tool(t) for t in await agent.get_all_tools(context) if isinstance(t, FunctionTool)]
+        await asyncio.to_thread(self.guard.scorer.score_calls, messages, tools, calls)
+
+
+def openai_tool(tool: FunctionTool) -> dict[str, Any]:
+    """The tool as OpenAI's chat schema, with an MCP tool's annotations (what sets its tau over HTTP)."""
+    return annotated(Converter.tool_to_openai(tool), tool.mcp_annotations)
