@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,7 @@ from typing import Callable, Sequence
 
 from mice_exp.compose import as_plain, compose_config, wants_help
 from mice_exp.errors import UserError
+from mice_exp.hosts.claude_hooks import HOOK_TIMEOUT, GateHook, command
 from mice_exp.launcher.slurm_cluster import missing_client
 from mice_exp.paths import project_root, resolve, writable_file
 from mice_exp.report.arguments import parse_args
@@ -248,10 +250,6 @@ def claude_hook(argv: Sequence[str]) -> None:
     if wants_help(argv):
         print(CLAUDE_HOOK_USAGE)
         return
-    import json
-
-    from mice_exp.hosts.claude_hooks import HOOK_TIMEOUT, GateHook, command  # torch-free
-
     known = {"gate", "tools", "tau", "timeout", "fail_open", "trusted"}
     opts = dict(a.split("=", 1) for a in argv if "=" in a)
     wrong = [a for a in argv if "=" not in a or a.split("=", 1)[0] not in known]

@@ -220,7 +220,9 @@ def test_estimators_import_without_matplotlib():
 #: works without the extra.
 HEAVY = {"torch", "transformers", "vllm", "bert_score", "mlflow", "matplotlib", "relplot", "sklearn", "scipy", "skops",
          "pandas", "joblib", "numpy", "hydra", "omegaconf", "hydra_plugins", "submitit", "openai", "fastapi",
-         "uvicorn", "starlette"}
+         "uvicorn", "starlette",
+         # a host's own package, installed with its extra only (pyproject.toml: claude, adk, inspect, mcp, ...)
+         "claude_agent_sdk", "inspect_ai", "google", "mcp", "agents", "langchain", "langchain_core", "langgraph"}
 
 
 def reason_problem(importer: str, imported: set[str], comment: str, graph: dict[str, set[str]],
@@ -288,8 +290,8 @@ def test_an_import_inside_a_function_is_a_heavy_library_or_says_why():
 
 MAX_MODULE_LINES = 450
 MAX_CLASS_LINES = 250
-#: issue 58: being split (wip/58-runner)
-NOT_YET = {"mice_exp/gate/gate.py", "mice_exp/gate/gate.py:Gate"}
+#: issue 58: Gate is 335 lines after gate/ was split by concern (loading, requests, probability, decisions); still to split
+NOT_YET = {"mice_exp/gate/gate.py:Gate"}
 
 
 def oversized() -> dict[str, int]:
