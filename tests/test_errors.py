@@ -97,7 +97,7 @@ def test_a_bad_value_is_one_line_before_anything_loads(tmp_path, monkeypatch, ca
 def test_a_mistyped_subcommand_names_the_subcommands(monkeypatch, capsys):
     code, _, err = cli(monkeypatch, capsys, ["reprot", "--sweep", "multirun/x"])
     assert code == 2 and err.strip() == ("mice-exp: error: unknown command 'reprot'; expected one of inspect, "
-                                         "report, gate, serve, records, mcq, ui or key=value overrides (mice-exp --help)")
+                                         "report, gate, serve, records, mcq, ui, claude-hook or key=value overrides (mice-exp --help)")
 
 
 def test_the_gate_refuses_the_values_the_main_command_refuses(tmp_path, monkeypatch, capsys):
