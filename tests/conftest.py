@@ -135,3 +135,12 @@ def tiny_run(tmp_path: Path, *overrides: str) -> tuple[dict, list[dict]]:
                                  "estimator=mice_lr", "permutations=0", "tracking.enabled=false",
                                  f"paths.cache={cache_sharing_models(tmp_path / 'cache')}", *overrides]))
     return result, read_stage(Path(result["llm_cache"])).records
+
+
+def package_findings(check: Any, outside: str | None = None) -> dict[str, list[str]]:
+    """What ``check`` (a module's source -> its findings) finds in each module of mice_exp/, but for the modules of
+    the subpackage ``outside``, which may do what the others may not."""
+    package = PACKAGE_ROOT / "mice_exp"
+    return {str(p.relative_to(package)): hits for p in sorted(package.rglob("*.py"))
+            if (outside is None or p.parent.relative_to(package).parts[:1] != (outside,))
+            and (hits := check(p.read_text(encoding="utf-8")))}

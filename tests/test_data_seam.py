@@ -17,6 +17,7 @@ from mice_exp.data.labels import is_correct
 from mice_exp.errors import UserError
 from mice_exp.gate.queries import parse_query
 from mice_exp.paths import PACKAGE_ROOT, Paths
+from tests.conftest import package_findings
 
 #: A data set of one's own: arithmetic queries whose label is the data set's own rule (the right tool, whatever the
 #: arguments), to show that the rule comes from the data set's class.
@@ -102,11 +103,7 @@ def dataset_name_comparisons(source: str) -> list[str]:
 def test_nothing_outside_data_chooses_by_a_data_set_s_name():
     assert dataset_name_comparisons('if example.dataset == "bfcl": pass\nDATASETS = ("ste", "jsonl")') == [
         "1: example.dataset == 'bfcl'", "2: ('ste', 'jsonl')"]  # what the check finds
-    package = PACKAGE_ROOT / "mice_exp"
-    found = {str(p.relative_to(package)): hits for p in sorted(package.rglob("*.py"))
-             if p.parent.relative_to(package).parts[:1] != ("data",)
-             and (hits := dataset_name_comparisons(p.read_text(encoding="utf-8")))}
-    assert found == {}
+    assert package_findings(dataset_name_comparisons, outside="data") == {}
 
 
 #: Issue 42: tools no prompt can show as a schema; the gate's API refuses the same ones.

@@ -14,6 +14,7 @@ import mice_exp.estimators
 from conftest import tiny_run
 from mice_exp.estimators import estimator_classes
 from mice_exp.paths import PACKAGE_ROOT
+from tests.conftest import package_findings
 from test_sklearn_checks import expected_failed_checks, small
 
 FIXTURE = PACKAGE_ROOT / "tests" / "fixtures" / "ste_tiny.json"
@@ -97,8 +98,5 @@ def reads_asked(source: str) -> list[str]:
 def test_nothing_outside_the_estimators_asks_what_an_estimator_reads():
     assert reads_asked('if e.input_kind == "confidence": pass\nisinstance(e.reads, OneConfidence)') == [
         "1: e.input_kind == 'confidence'", "2: isinstance(e.reads, OneConfidence)"]  # what the check finds
-    package = PACKAGE_ROOT / "mice_exp"
-    found = {str(p.relative_to(package)): hits for p in sorted(package.rglob("*.py"))
-             if (hits := reads_asked(p.read_text(encoding="utf-8")))}
-    assert found == {}
+    assert package_findings(reads_asked) == {}
 
