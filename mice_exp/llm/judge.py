@@ -11,7 +11,7 @@ a later run with more actors scores only the replies not yet there, and an inter
 
 The sources that ask about the call itself (``sources.use=[p_true]``: the judge's P(True) of the given call, the
 LLM-as-judge baseline) are asked after the judged rows, per query from one prefill of the follow-ups' shared prefix,
-and kept beside them in ``source-<name>-<settings hash>/<query hash>.jsonl``.
+and kept beside them in ``source-<name>-<key>/<query hash>.jsonl`` (the folders a stage's sources use).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from mice_exp.llm.actors import Actor, actor_from_records, actor_names, actor_pa
 from mice_exp.llm.prompt import PromptBuilder, prompt_budget
 from mice_exp.llm.publish import written_by
 from mice_exp.llm.records import Record, publishable, read_records_file, read_records_header, write_records_file
-from mice_exp.llm.sources import SOURCES, about_the_call, given_call_values, record_prompts
+from mice_exp.llm.sources import about_the_call, given_call_values, record_prompts, source_folders
 from mice_exp.llm.stage import LLMStage, batch_records
 from mice_exp.llm.toolcall import call_format
 
@@ -91,7 +91,7 @@ def _judge(stage: LLMStage, out: Path, examples: dict[str, Any], wanted: dict[st
     """Every wanted (query, canonical reply)'s judged record with its named sources under ``"sources"``, those
     not in ``out`` yet computed, query by query."""
     out.mkdir(parents=True, exist_ok=True)
-    folders = {n: out / f"source-{n}-{stable_hash(dict(settings[SOURCES[n].block]))}" for n in names}
+    folders = source_folders(names, settings, stage.prompt, out, stage.backend.source_method)
     done: dict[str, dict[str, Record]] = {}
     for i in wanted:
         _read(out, folders, i, done)
@@ -142,9 +142,10 @@ def _seed(out: Path, fmt: Any, path: Path) -> None:
     """The judged rows of a records file published from ``out``'s settings (its header's ``stage_cache``), put in
     ``out`` where it lacks them: a source asked later (``sources.use=[p_true]``) then judges no call again, and the
     records it writes keep the published rows, on another machine or after the cache is gone."""
-    if not path.is_file() or read_records_header(path).get("stage_cache") != out.name:
+    header = read_records_header(path) if path.is_file() else {}
+    if header.get("stage_cache") != out.name:
         return
-    judged = read_records_file(path, read_records_header(path)["dataset"])
+    judged = read_records_file(path, header["dataset"])
     out.mkdir(parents=True, exist_ok=True)
     if not (out / "shapes.json").exists():
         write_json(out / "shapes.json", {k: judged.info[k] for k in ("n_layers", "hidden_size")})
