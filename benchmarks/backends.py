@@ -54,8 +54,6 @@ def timed(into: dict[str, tuple[float, float]], name: str, extra: Sequence[int] 
 def stage_prompts(cfg: dict[str, Any]) -> dict[str, Any]:
     """The stage's prompts (token ids), batches and examples for ``cfg``'s selection, as the stage builds them."""
     from mice_exp.llm.model import load_tokenizer
-    from mice_exp.llm.prompt import PromptBuilder
-    from mice_exp.llm.stage import batches
     from mice_exp.pipeline import Pipeline
 
     stage = Pipeline.from_config(cfg).stage
@@ -63,10 +61,9 @@ def stage_prompts(cfg: dict[str, Any]) -> dict[str, Any]:
     demos = stage.demos(stage.folder()[0])
     tokenizer = load_tokenizer(cfg["llm"]["source"], stage.paths.models)
     examples = {e.id: e for e in selection.examples}
-    budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
-    builder = PromptBuilder.from_config(cfg["prompt"], tokenizer)
-    prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget) for i in sorted(examples)}
-    return {"ids": {i: p.ids for i, p in prompts.items()}, "batches": batches(prompts, int(cfg["llm"]["batch_size"])),
+    runner = stage.runner(tokenizer)
+    prompts = runner.prompts(examples, demos, examples)[0]
+    return {"ids": {i: p.ids for i, p in prompts.items()}, "batches": runner.batches(prompts),
             "examples": examples}
 
 

@@ -174,7 +174,7 @@ def main() -> None:
     modes = [("sequential", 1)] + ([(f"{args.concurrency} concurrent", args.concurrency)] if args.concurrency > 1 else [])
     fmt, tokenizer = gate.builder().fmt, llm.tokenizer
     examples = gate._chat_examples([(m, t) for m, t, _ in items])
-    prompts = gate._prompts(examples)[0]  # the same messages and tools in every pass: built once
+    prompts = gate._prompts(examples)[0].prompts  # the same messages and tools in every pass: built once
     few_shot = [prompts[i].ids for i in sorted(prompts)]
     zero_shot = [gate.builder().build(examples[i], [], 10**9).ids for i in sorted(examples)]
     print(f"prompt tokens: mean {np.mean([len(p) for p in few_shot]):.0f} as the gate builds them "

@@ -33,8 +33,7 @@ import torch
 
 from mice_exp.compose import compose_config
 from mice_exp.llm.actors import actor_path, read_actor
-from mice_exp.llm.prompt import PromptBuilder, prompt_budget
-from mice_exp.llm.stage import batch_records
+from mice_exp.llm.runner import Calls
 from mice_exp.llm.teacher import score_replies, score_shared
 from mice_exp.pipeline import Pipeline
 
@@ -72,22 +71,21 @@ def main() -> None:
         actors = [read_actor(actor_path(n, folder, Path(".")), every) for n in ORDER[:max(ks)]]
         teacher = stage.backend.teacher()
         llm, tok = teacher.llm, teacher.tokenizer
-        builder = PromptBuilder.from_config(stage.prompt, tok)
+        runner = stage.runner(tok)
         demos = stage.demos(Path(scratch))
-        budget = prompt_budget(stage.llm)
         queries = sorted(examples)
-        prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget) for i in queries}
+        prompts = runner.prompts(examples, demos, examples)[0]
         calls = {i: [] for i in queries}  # per query, each actor's canonical call in ORDER
         for actor in actors:
             for c in actor.judged():
                 if c.id in calls:
-                    calls[c.id].append(builder.fmt.canonical(c.api, c.args))
+                    calls[c.id].append(runner.fmt.canonical(c.api, c.args))
         print(f"{args.llm}: {len(queries)} queries (first {args.apis} APIs), mean prompt "
               f"{np.mean([len(p.ids) for p in prompts.values()]):.0f} tokens")
         score_shared(llm, prompts[queries[0]].ids, [tok.encode(calls[queries[0]][0], add_special_tokens=False)])  # warm
 
         def records(i, texts, gens):
-            return batch_records(tok, [i] * len(texts), examples, stage.selection.splits, prompts, gens, builder.fmt)[0]
+            return runner.records(tok, Calls(examples, stage.selection.splits, prompts), [i] * len(texts), gens)[0]
 
         def run(k: int, how: str, subset: list[str]) -> tuple[float, int, dict]:
             out, n, start = {}, 0, clock()

@@ -35,7 +35,7 @@ def main() -> None:
     gate = Gate.load(PACKAGE_ROOT / "experiments" / "abstention" / "gate-smollm2_135m")
     llm, fmt = gate.llm(), gate.builder().fmt
     items = requests(3, args.calls)
-    prompts = gate._prompts(gate._chat_examples([(m, t) for m, t, _ in items]))[0]
+    prompts = gate._prompts(gate._chat_examples([(m, t) for m, t, _ in items]))[0].prompts
     times: dict[bool, list[float]] = {False: [], True: []}
     rows = differ = 0
     with torch.inference_mode():

@@ -29,6 +29,7 @@ import torch
 
 import mice_exp.llm.capture as capture
 import mice_exp.llm.model as model_module
+import mice_exp.llm.runner as runner
 import mice_exp.llm.stage as stage
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.llm.backends import load_llm
@@ -116,11 +117,11 @@ def instrumented(phases: Phases) -> Iterator[dict[str, Any]]:
         phases.wrap(llm.tokenizer, "batch_decode", "layer strings")
         holder["llm"] = llm
         return llm
-    undo = [phases.wrap(stage.LLMStage, "demos", "retrieval (encoder load + ranking)"), phases.wrap(stage.PromptBuilder, "build", "prompts"),
+    undo = [phases.wrap(stage.LLMStage, "demos", "retrieval (encoder load + ranking)"), phases.wrap(runner.PromptBuilder, "build", "prompts"),
             phases.wrap(capture, "generate_ids", "generate"), phases.wrap(capture, "lens_argmax", "logit lens"),
-            phases.wrap(capture, "truncate", "truncation"), phases.wrap(stage, "make_record", "records"),
+            phases.wrap(capture, "truncate", "truncation"), phases.wrap(runner, "make_record", "records"),
             phases.wrap(stage, "write_npz", "cache writes"), phases.wrap(stage, "write_jsonl", "cache writes"),
-            phases.wrap(stage, "generate_batch", "batch loop")]
+            phases.wrap(runner, "generate_batch", "batch loop")]
     model_module.load_hf = load
     try:
         yield holder
@@ -276,27 +277,25 @@ def main() -> None:
 def plain_vs_capture(cfg: dict[str, Any], llm: Any, records: list[dict[str, Any]], tmp: Path, captured: float) -> None:
     """Plain greedy generation (transformers' stock DynamicCache) + the lens GEMM on the same batches."""
     from mice_exp.data import select_examples
-    from mice_exp.llm.prompt import PromptBuilder
     from mice_exp.cache import read_json
 
     paths = paths_from(cfg["paths"])
     examples = {e.id: e for e in select_examples(cfg["dataset"], paths).examples}
     folder = next((tmp / "fp32" / "llm").iterdir())
     demos = read_json(folder / "demos.json")
-    budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
-    builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
-    prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget) for i in sorted(examples)}
+    llm_runner = runner.Runner.from_config(cfg["prompt"], cfg["llm"], llm.tokenizer)
+    prompts = llm_runner.prompts(examples, demos, examples)[0]
     by_id = {r["id"]: r for r in records}
     max_new = int(cfg["llm"]["max_new_tokens"])
     plain = lens = 0.0
     same = 0
     with torch.inference_mode():
-        for batch in stage.batches(prompts, int(cfg["llm"]["batch_size"])):
+        for batch in llm_runner.batches(prompts):
             start = clock()
-            out = capture.generate_plain(llm, [prompts[i].ids for i in batch], max_new, builder.fmt)
+            out = capture.generate_plain(llm, [prompts[i].ids for i in batch], max_new, llm_runner.fmt)
             plain += clock() - start
             for i, row in zip(batch, out):
-                ids, _, _ = capture.truncate(llm.tokenizer, row.tolist(), llm.eos_ids(), builder.fmt)
+                ids, _, _ = capture.truncate(llm.tokenizer, row.tolist(), llm.eos_ids(), llm_runner.fmt)
                 same += ids == by_id[i]["token_ids"]
             n = sum(len(by_id[i]["token_ids"]) for i in batch) * (llm.n_layers - 1)
             rows = torch.randn(n, llm.hidden_size, dtype=llm.model.dtype)

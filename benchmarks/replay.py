@@ -22,8 +22,8 @@ from mice_exp.llm.backends import load_llm
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.teacher import replay_states
+from mice_exp.llm.runner import shard_arrays
 from mice_exp.llm.sources import record_prompts
-from mice_exp.llm.stage import shard_arrays
 from mice_exp.paths import paths_from
 from mice_exp.pipeline import Pipeline
 

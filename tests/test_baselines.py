@@ -69,10 +69,10 @@ def test_a_command_line_override_reaches_the_logged_baseline(tmp_path, monkeypat
     from mlflow import MlflowClient
 
     from mice_exp.__main__ import main
-    from mice_exp.llm import stage
+    from mice_exp.llm import runner
     from test_errors import base
 
-    monkeypatch.setattr(stage, "is_correct", lambda example, api, args: int(example.id.rsplit("/", 1)[-1]) % 2 == 0)
+    monkeypatch.setattr(runner, "is_correct", lambda example, api, args: int(example.id.rsplit("/", 1)[-1]) % 2 == 0)
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = [*base(tmp_path), "tracking.enabled=true", f"tracking.uri={store}", "estimator=mice_lr",
             "compare_with=[raw,hre]", "permutations=0", "baselines.hre.model.n_bins=2"]

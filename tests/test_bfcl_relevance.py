@@ -36,7 +36,7 @@ def relevance() -> list[Example]:
 
 
 def label(example: Example, reply: str) -> int:
-    """The LLM stage's label of a generated reply (mice_exp.llm.stage.make_record)."""
+    """The LLM stage's label of a generated reply (mice_exp.llm.runner.make_record)."""
     call = parse_call(reply)
     return int(is_correct(example, call.api, call.args))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import mice_exp.llm.stage as stage
+import mice_exp.llm.runner as runner
 from conftest import cache_sharing_models, stage_of
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.features import cached_bertscore
@@ -52,13 +52,13 @@ def truncate(path: Path) -> None:
 def counting_batches(monkeypatch) -> list[int]:
     """Sizes of the batches the stage generates from now on."""
     sizes: list[int] = []
-    real = stage.generate_batch
+    real = runner.generate_batch
 
     def counted(llm, prompts, *args, **kwargs):
         sizes.append(len(prompts))
         return real(llm, prompts, *args, **kwargs)
 
-    monkeypatch.setattr(stage, "generate_batch", counted)
+    monkeypatch.setattr(runner, "generate_batch", counted)
     return sizes
 
 

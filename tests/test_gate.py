@@ -405,11 +405,11 @@ def test_good_queries_become_examples():
 
 @pytest.mark.filterwarnings("ignore::mice_exp.estimators.FallbackWarning")  # tiny_random gets no call right
 def test_fit_gate_builds_one_from_a_config_reusing_the_llm_stage(fitted, tmp_path, monkeypatch):
-    import mice_exp.llm.stage as stage
+    import mice_exp.llm.runner as runner
     from mice_exp.gate import fit_gate
 
     _, _, fs, run = fitted
-    monkeypatch.setattr(stage, "generate_batch", lambda *a, **k: pytest.fail("generated again"))
+    monkeypatch.setattr(runner, "generate_batch", lambda *a, **k: pytest.fail("generated again"))
     spec = read_spec(fit_gate(run.cfg, tmp_path / "fit", paths=run.paths))
     assert spec["columns"] == fs.columns and spec["estimator"]["key"] == "mice_lr"
     assert spec["provenance"]["llm_cache"] == run.out.name and spec["demo_pool"]["size"] == 3  # the training calls (prompt.demo_pool=train)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import mice_exp.llm.stage as stage
+import mice_exp.llm.runner as runner
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.llm.records import read_stage
 from mice_exp.paths import PACKAGE_ROOT, Paths
@@ -45,7 +45,7 @@ def test_every_example_gets_a_record_with_layer_strings(finished, tiny_llm):
 
 def test_a_killed_run_resumes_to_identical_records(finished, tmp_path, tiny_llm, monkeypatch):
     calls = {"n": 0}
-    real = stage.generate_batch
+    real = runner.generate_batch
 
     def dies_on_second_batch(*args, **kwargs):
         calls["n"] += 1
@@ -53,12 +53,12 @@ def test_a_killed_run_resumes_to_identical_records(finished, tmp_path, tiny_llm,
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(stage, "generate_batch", dies_on_second_batch)
+    monkeypatch.setattr(runner, "generate_batch", dies_on_second_batch)
     with pytest.raises(KeyboardInterrupt):
         stage_of(tiny_cfg(), paths_in(tmp_path), tiny_llm).run()
     partial = next((tmp_path / "llm").iterdir())
     assert len(list(partial.glob("shard-*.jsonl"))) == 1 and not (partial / "done.json").exists()
-    monkeypatch.setattr(stage, "generate_batch", real)
+    monkeypatch.setattr(runner, "generate_batch", real)
     resumed = stage_of(tiny_cfg(), paths_in(tmp_path), tiny_llm).run()
     assert resumed.name == finished.name  # same key
     assert read_stage(resumed).records == read_stage(finished).records
@@ -67,7 +67,7 @@ def test_a_killed_run_resumes_to_identical_records(finished, tmp_path, tiny_llm,
 
 
 def test_a_finished_stage_is_reused_not_recomputed(finished, tiny_llm, monkeypatch):
-    monkeypatch.setattr(stage, "generate_batch", lambda *a, **k: pytest.fail("generated again"))
+    monkeypatch.setattr(runner, "generate_batch", lambda *a, **k: pytest.fail("generated again"))
     cache = finished.parent.parent
     assert stage_of(tiny_cfg(), paths_in(cache), tiny_llm).run() == finished
 

@@ -99,9 +99,9 @@ def test_a_field_corrected_estimator_runs_and_logs_its_regime_diagnostics(tmp_pa
     """estimator=field: MICE LR plus the miscalibration field of the last prompt token's hidden state.
 
     tiny_random never writes a correct call; labels alternate by example so both classes exist."""
-    from mice_exp.llm import stage
+    from mice_exp.llm import runner
 
-    monkeypatch.setattr(stage, "is_correct", lambda example, api, args: int(example.id.rsplit("/", 1)[-1]) % 2 == 0)
+    monkeypatch.setattr(runner, "is_correct", lambda example, api, args: int(example.id.rsplit("/", 1)[-1]) % 2 == 0)
     args = overrides(tmp_path) + ["estimator=field", "estimator.base=mice_lr", "+estimator.model.field.max_epochs=2",
                                   "+estimator.model.field.sigmas=[0.5]", "+estimator.model.field.lambdas=[0.01]",
                                   "permutations=0"]
@@ -117,9 +117,9 @@ def test_a_field_corrected_estimator_runs_and_logs_its_regime_diagnostics(tmp_pa
 
 def test_hidden_state_baselines_run_end_to_end_as_the_estimator_and_as_reference_rows(tmp_path, capsys, monkeypatch):
     """The best-layer probe as the run's estimator, the final-layer probe and Mahalanobis as reference rows."""
-    from mice_exp.llm import stage
+    from mice_exp.llm import runner
 
-    monkeypatch.setattr(stage, "is_correct", lambda example, api, args: int(example.id.rsplit("/", 1)[-1]) % 2 == 0)
+    monkeypatch.setattr(runner, "is_correct", lambda example, api, args: int(example.id.rsplit("/", 1)[-1]) % 2 == 0)
     args = overrides(tmp_path) + ["estimator=probe_best_layer", "compare_with=[raw,probe_last,mahalanobis]",
                                   "permutations=0"]
     result = run(compose_config(args))

@@ -97,10 +97,10 @@ def test_every_preset_runs_end_to_end_on_tiny_random(preset, tmp_path, monkeypat
     alternate by example to give the estimators both classes."""
     from mlflow import MlflowClient
 
-    from mice_exp.llm import stage
+    from mice_exp.llm import runner
     from mice_exp.run import run
 
-    monkeypatch.setattr(stage, "is_correct", lambda example, api, args: int(example.id.rsplit("/", 1)[-1]) % 2 == 0)
+    monkeypatch.setattr(runner, "is_correct", lambda example, api, args: int(example.id.rsplit("/", 1)[-1]) % 2 == 0)
     result = run(compose_config(tiny(tmp_path, preset)))
     info = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(result["run_id"])
     assert info.info.status == "FINISHED", preset

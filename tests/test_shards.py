@@ -13,7 +13,7 @@ import psutil
 import pytest
 import torch
 
-import mice_exp.llm.stage as stage
+import mice_exp.llm.runner as runner
 from conftest import cache_sharing_models, stage_of
 from mice_exp.cache import read_json
 from mice_exp.compose import as_plain, compose_config
@@ -66,7 +66,7 @@ def dies_on_batch(monkeypatch, deadly: int) -> list[int]:
     """From now on the stage's generation raises KeyboardInterrupt on its ``deadly``-th batch (1-based; 0:
     never); returns the sizes of the batches it generates."""
     sizes: list[int] = []
-    real = stage.generate_batch
+    real = runner.generate_batch
 
     def generate(llm, prompts, *args, **kwargs):
         sizes.append(len(prompts))
@@ -74,7 +74,7 @@ def dies_on_batch(monkeypatch, deadly: int) -> list[int]:
             raise KeyboardInterrupt
         return real(llm, prompts, *args, **kwargs)
 
-    monkeypatch.setattr(stage, "generate_batch", generate)
+    monkeypatch.setattr(runner, "generate_batch", generate)
     return sizes
 
 

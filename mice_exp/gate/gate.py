@@ -1,16 +1,14 @@
 """The deployable gate: a new query -> the LLM's tool call, P(call is correct), execute or abstain.
 
-A query goes through the pipeline's own steps, in the same order and with the same functions:
-demonstrations retrieved from the saved pool (:func:`mice_exp.data.retrieval.rank_demos`), the
-prompt (:meth:`mice_exp.llm.prompt.PromptBuilder.build`), the LLM stage's own batches and batch loop
-(:func:`mice_exp.llm.stage.batches`, :func:`mice_exp.llm.stage.run_batch`: generation with capture,
-records, pooled arrays), held in memory as a :class:`mice_exp.llm.records.StageOutput` that the run's
-fitted feature view, saved with the gate, transforms exactly as it transformed the run's records
-(:func:`mice_exp.features.transform_features`), and the estimator's ``predict_proba`` on what
-its ``design`` reads of them. The call is executed iff p > tau, tau being the
-minimum-Bayes-risk threshold of the saved risk setting (MICE Eq. 2; :mod:`mice_exp.gate.decisions`). Opening
-and checking a saved gate is :mod:`mice_exp.gate.loading`'s, reading a batch of chat requests
-:mod:`mice_exp.gate.requests`', the probability of a record :mod:`mice_exp.gate.probability`'s.
+A query goes through the pipeline's own steps, in the same order and with the same objects: demonstrations
+retrieved from the saved pool (:class:`mice_exp.llm.runner.Retrieval`), then the LLM stage's own runner
+(:class:`mice_exp.llm.runner.Runner`: the prompt within the prompt budget, the stage's fixed batches, generation
+with capture, records and pooled arrays; :mod:`mice_exp.gate.runtime` loads it with the LLM), held in memory as a
+:class:`mice_exp.llm.records.StageOutput` that the run's fitted feature view, saved with the gate, transforms
+exactly as it transformed the run's records, and the estimator's ``predict_proba`` (:mod:`mice_exp.gate.
+probability`). The call is executed iff p > tau, tau being the minimum-Bayes-risk threshold of the saved risk
+setting (MICE Eq. 2; :mod:`mice_exp.gate.decisions`). Opening and checking a saved gate is
+:mod:`mice_exp.gate.loading`'s, reading a batch of chat requests :mod:`mice_exp.gate.requests`'.
 """
 
 from __future__ import annotations
@@ -22,26 +20,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from mice_exp.errors import UserError
 from mice_exp.gate import decisions, probability
 from mice_exp.gate.artifact import check_templates, risk_entry
 from mice_exp.gate.chat import Decision, Messages, check_tau
-from mice_exp.gate.loading import check_model, open_saved
+from mice_exp.gate.loading import open_saved
 from mice_exp.gate.queries import parse_query, query_id
 from mice_exp.gate.registry import model_name
-from mice_exp.gate.requests import call_too_long, chat_examples, proposed_replies, refuse_unprompted
-from mice_exp.llm.backends import backend_of, check_backend
-from mice_exp.llm.prompt import PromptBuilder, prompt_budget
+from mice_exp.gate.requests import chat_examples, proposed_replies, refuse_unprompted
+from mice_exp.gate.runtime import Runtime
 from mice_exp.llm.records import StageOutput
-from mice_exp.llm.stage import batch_records, batches, run_batch
-from mice_exp.paths import project_root
+from mice_exp.llm.runner import Calls, Runner
 
 if TYPE_CHECKING:  # pragma: no cover
     from mice_exp.data.records import Example
     from mice_exp.features import FeatureSet
-    from mice_exp.llm.prompt import Prompt
+    from mice_exp.llm.prompt import PromptBuilder
 
 SPLIT = "gate"  # the split name of the gate's records (the feature view ignores it)
 
@@ -52,11 +47,8 @@ class Gate:
     def __init__(self, folder: Path, spec: dict[str, Any], estimator: Any, view: Any, pool: list, *, llm: Any = None,
                  device: str | None = None, batch_size: int | None = None, engine: Mapping[str, Any] | None = None,
                  models: Path | None = None, keep: Any = None) -> None:
-        self.folder = Path(folder)
-        self.spec = spec
-        self.estimator = estimator
+        self.folder, self.spec, self.estimator, self.pool = Path(folder), spec, estimator, pool
         self.view = view  # the run's fitted feature view; None in a gate saved before gates kept it
-        self.pool = pool
         self.llm_cfg = dict(spec["llm"]) | ({"device": device} if device else {}) | dict(engine or {})
         # every model the gate runs goes where it is told: the LLM, the view's own (BERTScore's), the retrieval's
         self.device = device
@@ -68,20 +60,12 @@ class Gate:
         check_templates(self.folder, spec)
         templates = {role: str(self.folder / rel) for role, rel in spec["templates"].items()}
         self.prompt_cfg = dict(spec["prompt"]) | templates  # the saved copies, not today's shipped files
-        self.models = models  # where converted model weights are cached (default: <project>/.cache/models)
-        self._llm = None
-        self._backend: Any = None
-        self._builder = None
-        self._encoder = None
+        self.runtime = Runtime(spec, self.llm_cfg, self.prompt_cfg, self.retrieval, pool, models, llm)
         self._keep = keep  # the temporary download of an MLflow source lives as long as the gate
         self._lock = threading.Lock()  # one generation at a time: check_batch may be called from many threads
         # the last call's parts in seconds: prepare_s, generate_s or forward_s and records_s, features_s, total_s
         self.timing: dict[str, float] = {}
-        if llm is not None:
-            check_model(spec, llm)
-            self._llm = llm
 
-    # ------------------------------------------------------------------ loading
     @classmethod
     def load(cls, source: str | Path, *, expect: Mapping[str, Any] | None = None,
              parts: Sequence[str] = ("llm", "features"), llm: Any = None, device: str | None = None,
@@ -131,49 +115,34 @@ class Gate:
                 f"risk {s['risk']['name']} (tau={self.tau:g}) | demo pool {len(self.pool)}")
 
     def backend(self) -> Any:
-        """The gate's LLM backend (``llm.backend`` of its saved settings), holding the LLM it was given, if any."""
-        if self._backend is None:
-            check_backend(self.llm_cfg)
-            self._backend = backend_of(self.llm_cfg, self.models or project_root() / ".cache" / "models", self._llm)
-        return self._backend
+        """The gate's LLM backend (:meth:`Runtime.backend <mice_exp.gate.runtime.Runtime.backend>`)."""
+        return self.runtime.backend()
 
     def llm(self) -> Any:
-        """The generator, loaded (torch, or an engine, with the model) and checked against the saved gate once."""
-        if self._llm is None:
-            llm = self.backend().generator()
-            check_model(self.spec, llm)
-            self._llm = llm
-        return self._llm
+        """The generator, loaded and checked against the saved gate once."""
+        return self.runtime.llm()
 
     def teacher(self) -> Any:
-        """What teacher-forces a given call (:meth:`mice_exp.llm.backends.Backend.teacher`), on the checked LLM."""
-        self.llm()
-        return self.backend().teacher()
+        """What teacher-forces a given call, on the checked LLM."""
+        return self.runtime.teacher()
+
+    def runner(self) -> Runner:
+        """What prompts, batches and records every request (:class:`~mice_exp.llm.runner.Runner`)."""
+        return self.runtime.runner()
 
     def builder(self) -> PromptBuilder:
-        """The gate's :class:`~mice_exp.llm.prompt.PromptBuilder` (its saved prompt settings and templates), built
-        once with the LLM's tokenizer."""
-        if self._builder is None:
-            self._builder = PromptBuilder.from_config(self.prompt_cfg, self.llm().tokenizer)
-        return self._builder
+        """The gate's :class:`~mice_exp.llm.prompt.PromptBuilder`: its runner's."""
+        return self.runner().builder
 
     def warm(self) -> None:
-        """Load the LLM, the prompt builder and the retrieval encoder now, not on the first check (a server pays
-        it at start-up, and a model that cannot load fails there)."""
-        self.builder()
-        if int(self.prompt_cfg["k_demos"]):
-            self.encoder()
+        """Load the LLM, the runner and the retrieval encoder now, not on the first check (a server pays it at
+        start-up, and a model that cannot load fails there)."""
+        self.runtime.warm()
 
     def encoder(self) -> Any:
-        """The retrieval encoder, holding the demonstration pool's vectors (encoded once, on first use)."""
-        if self._encoder is None:
-            from mice_exp.data.retrieval import PoolEncoder, SentenceEncoder  # loads torch, transformers
+        """The retrieval encoder, holding the demonstration pool's vectors."""
+        return self.runtime.encoder()
 
-            encoder = SentenceEncoder(self.retrieval.get("model"), device=self.retrieval.get("device", "cpu"))
-            self._encoder = PoolEncoder(encoder, [e.query for e in self.pool])
-        return self._encoder
-
-    # ------------------------------------------------------------------ scoring
     def features(self, stage: StageOutput) -> FeatureSet:
         """The feature rows of an LLM-stage output through the run's fitted view (:func:`~mice_exp.gate.
         probability.features`)."""
@@ -203,13 +172,13 @@ class Gate:
                 examples[i] = parse_query(item, i, places[i] if places else None)
             except UserError as error:
                 answers[i] = decisions.failed(ids[i], str(error), self.tau)
-        prompts, failed = self._prompts(examples)
-        for i, error in failed.items():
+        calls, refused = self._prompts(examples)
+        for i, error in refused.items():
             answers[i] = decisions.failed(ids[i], str(error).replace(examples[i].id, f"query {ids[i]!r}"), self.tau)
         self.timing = {"prepare_s": time.perf_counter() - start}
-        if prompts:
-            records, p = self._run(examples, prompts)
-            for i, record, prob in zip(sorted(prompts), records, p):
+        if calls.prompts:
+            records, p = self._records(calls)
+            for i, record, prob in zip(sorted(calls.prompts), records, p):
                 answers[i] = self._answer(ids[i], record, float(prob))
         self.timing["total_s"] = time.perf_counter() - start
         return answers  # type: ignore[return-value]
@@ -230,27 +199,26 @@ class Gate:
         tau = self.tau if tau is None else check_tau(tau)
         examples = self._chat_examples(requests)
         with self._lock:
-            prompts = self._request_prompts(examples, len(requests))
+            calls = self._request_prompts(examples, len(requests))
             self.timing = {"prepare_s": time.perf_counter() - start}  # this call's parts only, as score_batch's
-            records, p = self._run(examples, prompts)
-            generated = {i: r["text"] for i, r in zip(sorted(prompts), records)}
-            records, p = self._canonical(examples, prompts, records, p)
+            records, p = self._records(calls)
+            generated = {i: r["text"] for i, r in zip(sorted(calls.prompts), records)}
+            records, p = self._canonical(calls, records, p)
             self.timing["total_s"] = time.perf_counter() - start
         return [replace(self._decision(record, float(prob), tau, examples[i].tool_names), text=generated[i])
-                for i, record, prob in zip(sorted(prompts), records, p)]
+                for i, record, prob in zip(sorted(calls.prompts), records, p)]
 
-    def _canonical(self, examples: dict[int, Example], prompts: dict[int, Prompt], records: list[dict],
-                   p: np.ndarray) -> tuple[list[dict], np.ndarray]:
+    def _canonical(self, calls: Calls[int], records: list[dict], p: np.ndarray) -> tuple[list[dict], np.ndarray]:
         """The generated calls that parse, scored as :meth:`score` scores them: rendered canonically and
         teacher-forced (a second pass where the model wrote another layout), so that the gate's probability of its
         own call is the one a host that hands the call back gets, and the one its estimator was fitted on."""
-        fmt, at = self.builder().fmt, {i: n for n, i in enumerate(sorted(prompts))}
+        fmt, at = self.builder().fmt, {i: n for n, i in enumerate(sorted(calls.prompts))}
         replies = {i: fmt.canonical(records[n]["pred_api"], records[n]["pred_args"]) for i, n in at.items()
                    if isinstance(records[n]["pred_args"], dict) and records[n]["pred_api"]}
         replies = {i: text for i, text in replies.items() if text != records[at[i]]["text"]}
         if not replies:
             return records, p
-        again, q = self._score({i: examples[i] for i in replies}, {i: prompts[i] for i in replies}, replies)
+        again, q = self._records(calls.only(replies), replies)
         records, p = list(records), p.copy()
         for i, record, prob in zip(sorted(replies), again, q):
             records[at[i]], p[at[i]] = record, prob
@@ -262,10 +230,10 @@ class Gate:
         a user): ``call`` in OpenAI's shape (:func:`~mice_exp.gate.chat.read_call`), written in the gate's reply
         format as the reply to the request's prompt and teacher-forced through the gate's LLM in one forward
         pass (:func:`mice_exp.llm.teacher.score_replies`: no decoding; layers and lens only where the view or
-        estimator reads them, :meth:`reads`), then the same records, features,
-        estimator and threshold as :meth:`check`. For the gate's own greedy call it gives :meth:`check`'s
-        probability up to float rounding. A call to a tool not offered, or with arguments that are not JSON or
-        do not match the tool's schema, is still scored but never executed (``reason`` says why)."""
+        estimator reads them, :meth:`reads`), then the same records, features, estimator and threshold as
+        :meth:`check`. For the gate's own greedy call it gives :meth:`check`'s probability up to float rounding. A
+        call to a tool not offered, or with arguments that are not JSON or do not match the tool's schema, is still
+        scored but never executed (``reason`` says why)."""
         return self.score_batch([(messages, tools, call)], tau=tau)[0]
 
     def score_batch(self, requests: Sequence[tuple[Messages, Sequence[dict[str, Any]], Mapping[str, Any]]], *,
@@ -277,104 +245,43 @@ class Gate:
         examples = self._chat_examples([(m, t) for m, t, _ in requests])
         replies, problems = proposed_replies(requests, self.builder().fmt)
         with self._lock:
-            prompts = self._request_prompts(examples, len(requests))
+            calls = self._request_prompts(examples, len(requests))
             self.timing = {"prepare_s": time.perf_counter() - start}
-            scored = [i for i in sorted(prompts) if problems[i] is None]
-            records, p = self._score({i: examples[i] for i in scored}, {i: prompts[i] for i in scored},
-                                     replies) if scored else ([], [])
+            scored = [i for i in sorted(calls.prompts) if problems[i] is None]
+            records, p = self._records(calls.only(scored), replies) if scored else ([], [])
             self.timing["total_s"] = time.perf_counter() - start
         decided = {i: self._decision(record, float(prob), tau, examples[i].tool_names)
                    for i, record, prob in zip(scored, records, p)}
-        return [decided.get(i) or decisions.denied(problems[i], replies[i], tau, len(prompts[i].ids))
-                for i in sorted(prompts)]
+        return [decided.get(i) or decisions.denied(problems[i], replies[i], tau, len(calls.prompts[i].ids))
+                for i in sorted(calls.prompts)]
 
     def _chat_examples(self, requests: Sequence[tuple[Messages, Any]]) -> dict[int, Example]:
         """Each ``(messages, tools)`` request as the :class:`Example` the prompt builder takes."""
         return chat_examples(requests, self.prompt_cfg.get("tools", "text") == "schemas")
 
-    def _request_prompts(self, examples: Mapping[int, Example], n_requests: int) -> dict[int, Prompt]:
+    def _request_prompts(self, examples: Mapping[int, Example], n_requests: int) -> Calls[int]:
         """:meth:`_prompts` for chat requests, where a request without a prompt refuses the batch."""
-        prompts, failed = self._prompts(examples)
-        refuse_unprompted(failed, n_requests, self.spec["llm"]["name"])
-        return prompts
+        calls, refused = self._prompts(examples)
+        refuse_unprompted(refused, n_requests, self.spec["llm"]["name"])
+        return calls
 
-    def _prompts(self, examples: Mapping[int, Example]) -> tuple[dict[int, Prompt], dict[int, UserError]]:
-        """Each example's prompt with demonstrations retrieved from the saved pool, as the pipeline builds
-        it, and the examples that have none, with why (:class:`PromptTooLong`: it does not fit the context
-        window even without demonstrations; tools the prompt cannot show)."""
-        from mice_exp.data.retrieval import rank_demos  # loads torch, transformers
+    def _prompts(self, examples: Mapping[int, Example]) -> tuple[Calls[int], dict[int, UserError]]:
+        """The examples as the runner's calls with their prompts, and those that have none, with why."""
+        return self.runtime.prompts(examples, SPLIT)
 
-        prompts: dict[int, Prompt] = {}
-        failed: dict[int, UserError] = {}
-        if not examples:
-            return prompts, failed
-        builder, k = self.builder(), int(self.prompt_cfg["k_demos"])
-        demos = (rank_demos(list(examples.values()), k, self.encoder(), pool=self.pool,
-                            mix=self.prompt_cfg.get("demo_mix", "similar")) if k
-                 else {e.id: [] for e in examples.values()})  # zero-shot
-        by_id = {e.id: e for e in self.pool}
-        budget = prompt_budget(self.llm_cfg)
-        for i, example in examples.items():
-            try:
-                prompts[i] = builder.build(example, [by_id[d] for d in demos[example.id]], budget)
-            except UserError as error:
-                failed[i] = error
-        return prompts, failed
-
-    def _run(self, examples: dict[int, Any], prompts: dict[int, Any]) -> tuple[list[dict], np.ndarray]:
-        """Generate with the LLM stage's own batch loop, build the feature rows, score them; rows in index order."""
-        llm = self.llm()
-        tick = time.perf_counter()
-        bar = tqdm(total=len(prompts), desc=f"gate {llm.name}", unit="query", leave=False)
-        records, arrays = [], []
-        for batch in batches(prompts, int(self.llm_cfg["batch_size"])):
-            rows, pooled = run_batch(llm, batch, examples, dict.fromkeys(batch, SPLIT), prompts, self.builder().fmt,
-                                     int(self.llm_cfg["max_new_tokens"]))
-            records += rows
-            arrays.append(pooled)
-            bar.update(len(batch))
-        bar.close()
-        self.timing["generate_s"] = time.perf_counter() - tick
-        return self._rows(examples, prompts, records, arrays)
-
-    def _score(self, examples: dict[int, Any], prompts: dict[int, Prompt],
-               replies: Mapping[int, str]) -> tuple[list[dict], np.ndarray]:
-        """:meth:`_run` with each reply teacher-forced instead of generated (same batches, same records)."""
-        from mice_exp.llm.teacher import reply_tokens  # loads torch, transformers
-
-        teacher = self.teacher()
-        window = int(self.llm_cfg["context_window"])
-        tokens = {i: reply_tokens(teacher.tokenizer, replies[i]) for i in prompts}
-        for i, prompt in prompts.items():
-            if len(prompt.ids) + len(tokens[i]) > window:
-                raise call_too_long(i, len(prompts), len(tokens[i]), len(prompt.ids), self.spec["llm"]["name"], window)
-        records, arrays = [], []
-        lens, states = self.reads()
-        self.timing.update(forward_s=0.0, records_s=0.0)  # the teacher's passes (the lens where read); their records
-        for batch in batches(prompts, int(self.llm_cfg["batch_size"])):
-            tick = time.perf_counter()
-            gens = teacher.score([prompts[i].ids for i in batch], [tokens[i] for i in batch], lens=lens, states=states)
-            middle = time.perf_counter()
-            rows, pooled = batch_records(teacher.tokenizer, batch, examples, dict.fromkeys(batch, SPLIT), prompts,
-                                         gens, self.builder().fmt)
-            records += rows
-            arrays.append(pooled)
-            self.timing["forward_s"] += middle - tick
-            self.timing["records_s"] += time.perf_counter() - middle
-        return self._rows(examples, prompts, records, arrays)
-
-    def _rows(self, examples: Mapping[int, Any], prompts: Mapping[int, Any], records: list[dict],
-              arrays: list[dict[str, np.ndarray]]) -> tuple[list[dict], np.ndarray]:
-        """The records' probabilities through the saved view and estimator, both in index order."""
-        llm = self.llm()
-        tick = time.perf_counter()
-        stage = StageOutput(records=records, info={"n_layers": llm.n_layers, "hidden_size": llm.hidden_size},
-                            key="gate", pooled={k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]})
+    def _records(self, calls: Calls[int], replies: Mapping[int, str] | None = None) -> tuple[list[dict], np.ndarray]:
+        """The calls generated in the runner's batches (or with ``replies``, those teacher-forced: same batches, same
+        records, computing only what the gate reads), then their probabilities; rows in index order."""
+        ran = self.runtime.generate(calls) if replies is None else self.runtime.force(calls, replies, *self.reads())
+        self.timing.update(ran.seconds)  # generate_s, or forward_s (the teacher's passes) and records_s
+        llm, tick = self.llm(), time.perf_counter()
+        stage = StageOutput(records=ran.records, info={"n_layers": llm.n_layers, "hidden_size": llm.hidden_size},
+                            key="gate", pooled=ran.arrays)
         p = self.probabilities(self.features(stage))
         self.timing["features_s"] = time.perf_counter() - tick
-        row = {r["id"]: n for n, r in enumerate(records)}
-        keep = [row[examples[i].id] for i in sorted(prompts)]
-        return [records[n] for n in keep], p[keep]
+        row = {key: n for n, key in enumerate(ran.keys)}
+        keep = [row[i] for i in sorted(calls.prompts)]
+        return [ran.records[n] for n in keep], p[keep]
 
     def _decision(self, record: Mapping[str, Any], p: float, tau: float, tools: Sequence[str]) -> Decision:
         return decisions.decision(record, p, tau, tools, self.builder().fmt)

@@ -27,11 +27,10 @@ from mice_exp.cache import read_intact, read_json, read_jsonl, stable_hash, writ
 from mice_exp.devices import resolve_device
 from mice_exp.errors import UserError
 from mice_exp.llm.actors import Actor, actor_from_records, actor_names, actor_path, read_actor
-from mice_exp.llm.prompt import PromptBuilder, prompt_budget
 from mice_exp.llm.publish import written_by
 from mice_exp.llm.records import Record, publishable, read_records_file, read_records_header, write_records_file
 from mice_exp.llm.sources import about_the_call, given_call_values, record_prompts, source_folders
-from mice_exp.llm.stage import LLMStage, batch_records
+from mice_exp.llm.stage import LLMStage
 from mice_exp.llm.toolcall import call_format
 
 #: How every judged call is written before teacher forcing (:func:`~mice_exp.llm.toolcall.canonical_json`).
@@ -101,24 +100,20 @@ def _judge(stage: LLMStage, out: Path, examples: dict[str, Any], wanted: dict[st
     with FileLock(str(out / ".lock")):
         teacher = stage.backend.teacher()
         write_json(out / "shapes.json", {"n_layers": teacher.n_layers, "hidden_size": teacher.hidden_size})
-        builder = PromptBuilder.from_config(stage.prompt, teacher.tokenizer)
+        runner = stage.runner(teacher.tokenizer)
         demos = stage.demos(out)
-        budget = prompt_budget(stage.llm)
         splits = stage.selection.splits
         pending = sum(len(wanted[i]) - sum(t in done[i] for t in wanted[i]) for i in todo)
         log.info("%s judges %d calls (and asks %s) on %d queries into %s", stage.llm["name"], pending,
                  ", ".join(names) or "no source", len(todo), out)
         bar = tqdm(total=len(todo), desc=f"{stage.llm['name']} judges", unit="query")
-        runner = stage.backend.source_runner() if names else None
+        asker = stage.backend.source_runner() if names else None
         for i in todo:
             _read(out, folders, i, done)  # another process may have judged it meanwhile
             missing = [t for t in wanted[i] if t not in done[i]]
             if missing:
-                prompt = builder.build(examples[i], [examples[d] for d in demos[i]], budget)
-                tokens = [teacher.tokenizer.encode(t, add_special_tokens=False) for t in missing]
-                gens = teacher.score_shared(prompt.ids, tokens, lens=True, states=False)
-                new, _ = batch_records(teacher.tokenizer, [i] * len(missing), examples, splits, {i: prompt}, gens,
-                                       builder.fmt)
+                prompt = runner.prompt(examples[i], [examples[d] for d in demos[i]])
+                new = runner.force_shared(teacher, examples[i], splits[i], prompt, missing)
                 for text, row in zip(missing, new):
                     if row["text"] != text:
                         log.warning("%s: %s's tokens of the call decode to %r, not %r", i, stage.llm["name"],
@@ -128,8 +123,8 @@ def _judge(stage: LLMStage, out: Path, examples: dict[str, Any], wanted: dict[st
             for name, folder in folders.items():
                 asked = [t for t in wanted[i] if name not in done[i][t]["sources"]]
                 if asked:
-                    prompts = [record_prompts(builder, examples, demos, done[i][t]) for t in asked]
-                    for text, value in zip(asked, given_call_values(runner, settings, stage.llm, prompts, [name])):
+                    prompts = [record_prompts(runner.builder, examples, demos, done[i][t]) for t in asked]
+                    for text, value in zip(asked, given_call_values(asker, settings, stage.llm, prompts, [name])):
                         done[i][text]["sources"][name] = value[name]
                     write_jsonl(_file(folder, i), [{"reply": t, "value": r["sources"][name]}
                                                    for t, r in done[i].items() if name in r["sources"]])

@@ -27,7 +27,7 @@ ARRAYS = ("first_token", "last_token", "mean_pool")  # per-record [L, d] states 
 
 
 class Record(TypedDict):
-    """One call's record, as the LLM stage writes it (:func:`mice_exp.llm.stage.make_record`) and every later stage
+    """One call's record, as the LLM stage writes it (:func:`mice_exp.llm.runner.make_record`) and every later stage
     reads it: the one list of the fields, in the order a records file writes them (:data:`PUBLISHED`)."""
 
     id: str

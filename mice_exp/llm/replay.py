@@ -21,10 +21,9 @@ from tqdm.auto import tqdm
 from mice_exp.cache import read_npz, stable_hash, write_npz
 from mice_exp.errors import UserError
 from mice_exp.llm.precision import resolve_dtype
-from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import ARRAYS, FORMAT_DEFAULTS, StageOutput
 from mice_exp.llm.sources import record_prompts
-from mice_exp.llm.stage import LLMStage, prompt_key, shard_arrays
+from mice_exp.llm.stage import LLMStage, prompt_key
 
 NEEDS = ("token_ids", "n_demos", "prompt_hash")  # what a record must keep to be replayed
 log = logging.getLogger(__name__)
@@ -59,13 +58,13 @@ def replay_activations(stage: LLMStage, output: StageOutput) -> dict[str, np.nda
                      pending, llm_cfg["name"], out)
             _, examples, demos = stage.context(output)
             teacher = stage.backend.teacher()
-            builder = PromptBuilder.from_config(stage.prompt, teacher.tokenizer)
+            runner = stage.runner(teacher.tokenizer)
             bar = tqdm(total=len(output.records), initial=len(output.records) - pending,
                        desc=f"replay {llm_cfg['name']}", unit="call")
             for n in todo:
-                states = [teacher.states(record_prompts(builder, examples, demos, r).original, r["token_ids"])
-                          for r in groups[n]]
-                write_npz(out / f"shard-{n:05d}.npz", shard_arrays(states, store_tokens=False))
+                prompts = [record_prompts(runner.builder, examples, demos, r).original for r in groups[n]]
+                replies = [r["token_ids"] for r in groups[n]]
+                write_npz(out / f"shard-{n:05d}.npz", runner.replayed(teacher, prompts, replies))
                 bar.update(len(groups[n]))
             bar.close()
     shards = [read_npz(out / f"shard-{n:05d}.npz") for n in range(len(groups))]

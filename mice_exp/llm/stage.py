@@ -18,32 +18,26 @@ import logging
 from collections import Counter
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeVar
+from typing import Any, Mapping, Sequence
 
-import numpy as np
 from filelock import FileLock
 from tqdm.auto import tqdm
 
 from mice_exp.cache import (read_intact, read_json, read_jsonl, read_npz, stable_hash, write_guard, write_json,
                             write_jsonl, write_npz)
 from mice_exp.data import Dataset, Example, Selection, demo_pool
-from mice_exp.data.labels import call_expected, is_correct
+from mice_exp.data.labels import call_expected
 from mice_exp.devices import resolve_device
 from mice_exp.errors import UserError
 from mice_exp.llm.backends import Backend, backend_of
 from mice_exp.llm.headroom import Headroom
 from mice_exp.llm.precision import resolve_dtype
-from mice_exp.llm.prompt import Prompt, PromptBuilder, prompt_budget
-from mice_exp.llm.records import (PROMPT_DEFAULTS, Record, StageOutput, made_of, read_records_file, read_stage,
-                                  shard_name, shards, summarise)
+from mice_exp.llm.records import (PROMPT_DEFAULTS, StageOutput, made_of, read_records_file, read_stage, shard_name,
+                                  shards, summarise)
+from mice_exp.llm.runner import Calls, Retrieval, Runner
 from mice_exp.llm.shards import ShardPlan, run_workers
-from mice_exp.llm.toolcall import CallFormat, content_mask
 from mice_exp.paths import Paths, resolve
 
-if TYPE_CHECKING:  # annotations only
-    from mice_exp.llm.generation import Generation
-
-K = TypeVar("K")
 STAGE_VERSION = 1
 log = logging.getLogger(__name__)
 LLM_KEYS = ("source", "dtype", "batch_size", "max_new_tokens", "context_window", "store_token_states")
@@ -52,76 +46,6 @@ LLM_KEYS = ("source", "dtype", "batch_size", "max_new_tokens", "context_window",
 def prompt_key(prompt: Mapping[str, Any], defaults: Mapping[str, Any] = PROMPT_DEFAULTS) -> dict[str, Any]:
     """The prompt settings a key hashes: those at their ``defaults`` value left out."""
     return {k: v for k, v in prompt.items() if not (k in defaults and v == defaults[k])}
-
-
-def make_record(example: Example, split: str, prompt: Prompt, gen: Generation, lens_text: list[str],
-                fmt: CallFormat) -> Record:
-    """The stage's record of one call: generation, parsed call (in the reply format ``fmt``), label,
-    confidences, layer strings."""
-    call = fmt.parse(gen.text)
-    mask = content_mask(gen.offsets, fmt.spans(gen.text))
-    probs = gen.token_probs
-    used = probs[mask] if any(mask) else probs  # unparseable: every generated token counts
-    return {
-        "id": example.id, "api": example.api, "split": split, "dataset": example.dataset,
-        "prompt_tokens": len(prompt.ids), "prompt_hash": stable_hash(prompt.ids), "n_demos": prompt.n_demos,
-        "demos_dropped": prompt.dropped,
-        "text": gen.text, "token_ids": gen.token_ids, "token_probs": probs.tolist(),
-        "offsets": [list(o) for o in gen.offsets], "content_mask": mask,
-        "raw_confidence": float(np.prod(used)) if len(used) else 1.0,
-        "min_probability": float(np.min(used)) if len(used) else 1.0,
-        "pred_api": call.api, "pred_args": call.args, "parse_error": call.parse_error,
-        "label": int(is_correct(example, call.api, call.args)),
-        "layer_strings": lens_text, "lens_ids": gen.lens_ids.tolist(),
-    } | ({"conversation": example.conversation_id} if example.conversation is not None else {})
-
-
-def shard_arrays(states: Sequence[np.ndarray], store_tokens: bool) -> dict[str, np.ndarray]:
-    """Per-call pooled states [B, L, d] of a batch's per-token states [T, L, d] (and every token's when asked)."""
-    arrays = {
-        "mean_pool": np.stack([s.mean(axis=0) for s in states]).astype(np.float32),
-        "last_token": np.stack([s[-1] for s in states]).astype(np.float32),
-        "first_token": np.stack([s[0] for s in states]).astype(np.float32),
-    }
-    if store_tokens:
-        arrays["token_states"] = np.concatenate(states).astype(np.float32)
-        arrays["token_counts"] = np.array([len(s) for s in states], dtype=np.int64)
-    return arrays
-
-
-def batches(prompts: Mapping[K, Prompt], size: int) -> list[list[K]]:
-    """Fixed batches by (prompt length, key): similar lengths pad little, and a resumed run, a
-    re-run and the gate all batch (so pad, so round) exactly alike."""
-    order = sorted(prompts, key=lambda i: (len(prompts[i].ids), i))
-    return [order[lo:lo + size] for lo in range(0, len(order), size)]
-
-
-def generate_batch(llm: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                   fmt: CallFormat) -> list[Generation]:
-    """The backend's greedy generation of a batch, stopping after the first call in the reply format ``fmt``,
-    with capture where it has internals (``llm.backend``)."""
-    return llm.generate(prompts, max_new_tokens, fmt)
-
-
-def run_batch(llm: Any, batch: Sequence[K], examples: Mapping[K, Example], splits: Mapping[K, str],
-              prompts: Mapping[K, Prompt], fmt: CallFormat, max_new_tokens: int,
-              store_tokens: bool = False) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """Generate one batch with capture, stopping and parsing in the reply format ``fmt``: its records and
-    pooled arrays (the stage's and the gate's loop)."""
-    gens = generate_batch(llm, [prompts[i].ids for i in batch], max_new_tokens, fmt)
-    return batch_records(llm.tokenizer, batch, examples, splits, prompts, gens, fmt, store_tokens)
-
-
-def batch_records(tokenizer: Any, batch: Sequence[K], examples: Mapping[K, Example], splits: Mapping[K, str],
-                  prompts: Mapping[K, Prompt], gens: Sequence[Generation], fmt: CallFormat,
-                  store_tokens: bool = False) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """The records and pooled arrays of a batch's generations, whether generated (:func:`run_batch`) or
-    teacher-forced (:func:`mice_exp.llm.teacher.score_replies`): each layer's lens tokens as text, then
-    :func:`make_record`."""
-    lens_text = [tokenizer.batch_decode(g.lens_ids.tolist(), skip_special_tokens=True,
-                                        clean_up_tokenization_spaces=False) for g in gens]
-    records = [make_record(examples[i], splits[i], prompts[i], g, t, fmt) for i, g, t in zip(batch, gens, lens_text)]
-    return records, shard_arrays([g.states for g in gens], store_tokens)
 
 
 class LLMStage:
@@ -191,29 +115,31 @@ class LLMStage:
     def demos(self, out: Path) -> dict[str, list[str]]:
         """Each example's ``prompt.k_demos`` most similar pool examples' ids (``prompt.demo_pool``), retrieved
         once and kept in ``out/demos.json`` (under a lock: workers of one stage started at once retrieve once)."""
-        selection = self.selection
-        k, pool_name = int(self.prompt["k_demos"]), self.prompt.get("demo_pool", "all")
-        if k == 0:  # zero-shot: nothing to retrieve
-            return {e.id: [] for e in selection.examples}
+        selection, retrieval = self.selection, Retrieval.from_config(self.prompt, self.retrieval)
+        if not retrieval.k:  # zero-shot: nothing to retrieve, nothing to keep
+            return retrieval.rank(selection.examples, [], retrieval.encoder)
         out.mkdir(parents=True, exist_ok=True)
         with FileLock(str(out / ".lock-demos")):
             cached = read_intact(out / "demos.json", read_json)
             if cached is not None:
                 return cached
-            from mice_exp.data.retrieval import SentenceEncoder, rank_demos  # loads torch, transformers
-
+            pool_name = self.prompt.get("demo_pool", "all")
             pool = demo_pool(selection, pool_name)
             if pool_name == "train":
                 per_api = Counter(e.api for e in pool)
-                short = sorted({e.api for e in selection.examples if per_api[e.api] < k + 1})
+                short = sorted({e.api for e in selection.examples if per_api[e.api] < retrieval.k + 1})
                 if short:
                     log.info("prompt.demo_pool=train: %d of the %d APIs have fewer than k_demos + 1 = %d training "
                              "calls (e.g. %s); their calls' demonstrations include other APIs' training calls",
-                             len(short), len({e.api for e in selection.examples}), k + 1, short[0])
-            encoder = SentenceEncoder(self.retrieval["model"], device=self.retrieval.get("device", "cpu"))
-            demos = rank_demos(selection.examples, k, encoder, pool=pool, mix=self.prompt.get("demo_mix", "similar"))
+                             len(short), len({e.api for e in selection.examples}), retrieval.k + 1, short[0])
+            demos = retrieval.rank(selection.examples, pool, retrieval.encoder)
             write_json(out / "demos.json", demos)
         return demos
+
+    def runner(self, tokenizer: Any) -> Runner:
+        """How the stage's calls are prompted (with ``tokenizer``: its generator's, or its teacher's), batched and
+        recorded: the stage's own loop, the replay's and the judge's (:class:`~mice_exp.llm.runner.Runner`)."""
+        return Runner.from_config(self.prompt, self.llm, tokenizer, bool(self.llm.get("store_token_states")))
 
     def derived_folder(self, output: StageOutput) -> Path:
         """Where the caches derived from the stage's output live (sources, replayed states): the stage's own
@@ -285,11 +211,12 @@ class LLMStage:
                         "dataset.no_call_note, e.g. dataset=bfcl_relevance)")
         demos = self.demos(out)
         llm = self.backend.generator()
-        budget = prompt_budget(self.llm)
-        builder = PromptBuilder.from_config(self.prompt, llm.tokenizer)
-        prompts = {i: builder.build(examples[i], [examples[d] for d in demos[i]], budget)
-                   for i in tqdm(sorted(examples), desc="prompts", leave=False)}
-        fixed = batches(prompts, int(self.llm["batch_size"]))
+        runner = self.runner(llm.tokenizer)
+        prompts, refused = runner.prompts(examples, demos, examples, desc="prompts")
+        if refused:
+            raise next(iter(refused.values()))
+        calls = Calls(examples, self.selection.splits, prompts)
+        fixed = runner.batches(prompts)
         names = [shard_name(n, len(fixed)) for n in range(len(fixed))]
         mine = [n for n in range(len(fixed)) if plan.owns(n)]
         todo = [(n, fixed[n]) for n in mine if not (out / f"{names[n]}.jsonl").exists()]
@@ -301,10 +228,9 @@ class LLMStage:
             longest = max(len(prompts[i].ids) for i in batch)
             if (warning := headroom.warning(len(batch), longest)) is not None:
                 log.warning(warning)
-            records, arrays = run_batch(llm, batch, examples, self.selection.splits, prompts, builder.fmt,
-                                        int(self.llm["max_new_tokens"]), bool(self.llm.get("store_token_states")))
-            write_npz(out / f"{names[n]}.npz", arrays)
-            write_jsonl(out / f"{names[n]}.jsonl", records)
+            done = runner.generate(llm, calls, batch)
+            write_npz(out / f"{names[n]}.npz", done.arrays)
+            write_jsonl(out / f"{names[n]}.jsonl", done.records)
             headroom.done(longest)
             bar.update(len(batch))
         bar.close()

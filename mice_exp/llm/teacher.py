@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -68,20 +68,11 @@ def replay_states(llm: LLM, prompt: Sequence[int], generated: Sequence[int]) -> 
     return _forward(llm, [prompt], [generated], logits=False)[0][0].cpu().numpy()
 
 
-def reply_tokens(tokenizer: Any, text: str, ids: Sequence[int] | None = None) -> list[int]:
-    """The tokens a reply is teacher-forced as: ``ids`` (the tokens its LLM generated) where they decode to
-    ``text`` with this tokenizer (the same vocabulary: a model's own call keeps its own tokens, which need not
-    be how the tokenizer would split the text), else ``text`` tokenized."""
-    if ids is not None and token_spans(tokenizer, ids)[1] == text:
-        return list(ids)
-    return tokenizer.encode(text, add_special_tokens=False)
-
-
 @torch.inference_mode()
 def score_replies(llm: LLM, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]], *,
                   lens: bool = True, states: bool = True) -> list[Generation]:
-    """Each reply's tokens (:func:`reply_tokens`) teacher-forced after its prompt in one forward pass
-    per batch: the :class:`~mice_exp.llm.capture.Generation` that generating it would have captured (its
+    """Each reply's tokens (:func:`~mice_exp.llm.runner.reply_tokens`) teacher-forced after its prompt in one
+    forward pass per batch: the :class:`~mice_exp.llm.capture.Generation` that generating it would have captured (its
     tokens' probabilities under the raw logits, every layer's state and the logit lens of layers 1..L-1 at the
     positions predicting each token), up to float rounding, with no decoding loop. What scoring a call that
     someone else proposed (:meth:`mice_exp.gate.Gate.score`) and judging another LLM's records
