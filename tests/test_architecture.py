@@ -290,8 +290,6 @@ def test_an_import_inside_a_function_is_a_heavy_library_or_says_why():
 
 MAX_MODULE_LINES = 450
 MAX_CLASS_LINES = 250
-#: issue 58: Gate is 335 lines after gate/ was split by concern (loading, requests, probability, decisions); still to split
-NOT_YET = {"mice_exp/gate/gate.py:Gate"}
 
 
 def oversized() -> dict[str, int]:
@@ -311,13 +309,8 @@ def oversized() -> dict[str, int]:
 def test_no_module_or_class_is_too_long_to_read():
     """A module over 450 lines or a class over 250 holds more than one concern: split it by concern, as
     ``gate/`` is (the HTTP app, the OpenAI protocol, the batching service, the confirm / hold policy)."""
-    over = {where: lines for where, lines in oversized().items() if where not in NOT_YET}
+    over = oversized()
     assert not over, f"over {MAX_MODULE_LINES} lines a module or {MAX_CLASS_LINES} a class: {over}"
-
-
-def test_what_is_not_yet_split_is_still_too_long():
-    """An exemption goes with the split that ends it."""
-    assert NOT_YET <= set(oversized()), f"split already; remove from NOT_YET: {NOT_YET - set(oversized())}"
 
 
 def test_few_functions_read_the_whole_config():
