@@ -243,12 +243,20 @@ class Pipeline:
             outcome.add(scores.summary(), scores.metrics)
         return fs, outcome
 
-    def argument_scores(self, records: list[Record]) -> ArgumentScores:
-        """Per-argument and API-name confidence on the test calls, labelled against their examples' gold."""
+    def argument_scores(self, records: list[Record], split: str = "test") -> ArgumentScores:
+        """Per-argument and API-name confidence on one split's calls (a run's report: the test calls; a gate's
+        argument rule: the training calls), labelled against their examples' gold."""
         from mice_exp.features.arguments import argument_metrics  # loads sklearn
 
         examples = {e.id: e for e in self.stage.selection.examples}
-        return argument_metrics([r for r in records if r["split"] == "test"], examples, call_format(self.stage.prompt))
+        return argument_metrics([r for r in records if r["split"] == split], examples, call_format(self.stage.prompt))
+
+    def argument_rule(self, records: list[Record]) -> dict[str, Any]:
+        """What a gate fitted on ``records`` asks the user about: the rule that localises a wrong argument best on
+        the training calls (:func:`~mice_exp.features.arguments.localizing_rule`)."""
+        from mice_exp.features.arguments import localizing_rule  # loads sklearn
+
+        return localizing_rule(self.argument_scores(records, "train"))
 
     def demo_pool(self) -> list[Example]:
         """The pool the LLM stage retrieved demonstrations from (``prompt.demo_pool``): what a gate keeps."""

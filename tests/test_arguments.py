@@ -17,6 +17,7 @@ from mice_exp.features.arguments import (
     argument_confidences,
     argument_metrics,
     argument_spans,
+    localizing_rule,
 )
 
 LAYERS = 4  # lens layers of the hand-made records
@@ -91,6 +92,27 @@ def test_pooled_scores_rank_argument_errors_and_localize_the_wrong_argument() ->
     assert 0 <= scores["argument.smece"] <= 1 and 0 <= scores["argument.lens_smece"] <= 1
     # API names: three right, the fourth's tokens all at probability 1 like the others, so no ranking signal.
     assert scores["api_name.n"] == 4 and scores["api_name.accuracy"] == 0.75 and scores["api_name.auroc"] == 0.5
+
+
+def test_a_gate_asks_about_the_argument_of_the_rule_that_localises_best_on_its_training_calls() -> None:
+    examples = {k: ste(k) for k in "ab"}
+    # days is wrong in both; the token product doubts city, the lens doubts days: the lens localises, 2 of 2.
+    records = [record(k, {"city": ('"Paris"', 0.3, 4), "days": ("5", 0.9, 1)}) for k in "ab"]
+    chosen = localizing_rule(argument_metrics(records, examples))
+    assert chosen["rule"] == "lens" and chosen["calls"] == 2
+    assert chosen["localization"]["lens"] == 1.0 and chosen["localization"]["product"] == 0.0
+    assert answer_arguments(records[0], rule=chosen["rule"])[0] == {"city": 1.0, "days": 1 / 4}
+
+
+def test_without_a_wrong_argument_to_localise_a_gate_keeps_the_token_product() -> None:
+    right = record("a", {"city": ('"Paris"', 0.3, 4), "days": ("3", 0.9, 1)})
+    assert localizing_rule(argument_metrics([right], {"a": ste("a")})) == {
+        "rule": "product", "localization": dict.fromkeys(("product", "lens", "min_token", "mean_token")), "calls": 0}
+
+
+def test_a_tie_keeps_the_token_product() -> None:
+    records = [record("a", {"city": ('"Paris"', 0.9, 4), "days": ("5", 0.4, 1)})]  # every rule doubts days
+    assert localizing_rule(argument_metrics(records, {"a": ste("a")}))["rule"] == "product"
 
 
 def bfcl(id_: str) -> Example:

@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -121,6 +122,14 @@ def test_a_parsed_call_gets_the_token_product_of_each_argument(fitted, tiny_llm)
     answer = gate._answer("q", PARSED, 0.7)
     assert answer["arguments"] == {"city": 0.5, "days": 0.25} and answer["arguments_error"] is None
     assert answer["decision"] == "execute"
+
+
+def test_a_gate_reports_each_argument_under_the_rule_it_saved(fitted, tiny_llm, tmp_path):
+    folder = shutil.copytree(fitted[0], tmp_path / "lens")
+    spec = json.loads((folder / "gate.json").read_text())
+    write_json(folder / "gate.json", spec | {"arguments": {"rule": "lens"}})
+    lens = PARSED | {"lens_ids": [[1, 2, 3, 4, -1]] * 2}  # both lens layers predict "Paris", neither 3
+    assert Gate.load(folder, llm=tiny_llm)._answer("q", lens, 0.7)["arguments"] == {"city": 1.0, "days": 0.0}
 
 
 # Runs the CLI in a fresh interpreter and records whether anything was unpickled meanwhile.
@@ -412,6 +421,9 @@ def test_fit_gate_builds_one_from_a_config_reusing_the_llm_stage(fitted, tmp_pat
     monkeypatch.setattr(runner, "generate_batch", lambda *a, **k: pytest.fail("generated again"))
     spec = read_spec(fit_gate(run.cfg, tmp_path / "fit", paths=run.paths))
     assert spec["columns"] == fs.columns and spec["estimator"]["key"] == "mice_lr"
+    # tiny_random's calls never parse: no wrong argument to localise, so the token product
+    assert spec["arguments"] == {"rule": "product", "calls": 0,
+                                 "localization": dict.fromkeys(("product", "lens", "min_token", "mean_token"))}
     assert spec["provenance"]["llm_cache"] == run.out.name and spec["demo_pool"]["size"] == 3  # the training calls (prompt.demo_pool=train)
 
 

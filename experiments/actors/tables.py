@@ -150,7 +150,8 @@ def judge_tables(judge: str, out: Path, records: Path = RECORDS, overrides: list
     save_gate(folder, pipe, pooled["mice_rf"], sets[actors[0]].view, pipe.demo_pool(),
               llm_stage={k: sets[actors[0]].stage.info[k] for k in ("n_layers", "hidden_size")},
               provenance={"fitted_on": "the training calls of every actor in experiments/actors", "actors": actors,
-                          "train_rows": int(len(train_y)), "render": "canonical"})
+                          "train_rows": int(len(train_y)), "render": "canonical"},
+              arguments=pipe.argument_rule([r for o in outputs.values() for r in o.records]))
     return rows, preds, places
 
 

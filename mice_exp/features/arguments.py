@@ -102,11 +102,24 @@ def api_confidence(record: Mapping[str, Any], confidence: str = PRODUCT, fmt: Ca
     return math.nan if span is None else CONFIDENCES[confidence](record, span)
 
 
-def answer_arguments(record: Mapping[str, Any], fmt: CallFormat = REACT) -> tuple[dict[str, float], str | None]:
-    """The gate's per-argument answer: ``{name: token product}`` and None, or ``{}`` and why there is none."""
+def answer_arguments(record: Mapping[str, Any], fmt: CallFormat = REACT,
+                     rule: str = PRODUCT) -> tuple[dict[str, float], str | None]:
+    """The gate's per-argument answer: ``{name: confidence under rule}`` and None, or ``{}`` and why there is none."""
     if record.get("pred_args") is None:
         return {}, f"no per-argument confidence: the call is unparseable ({record.get('parse_error')})"
-    return argument_confidences(record, fmt=fmt), None
+    return argument_confidences(record, rule, fmt), None
+
+
+def localizing_rule(scores: ArgumentScores) -> dict[str, Any]:
+    """Which confidence a gate asks the user about (its least confident argument), chosen by what ``scores``
+    (:func:`argument_metrics` of the calls it was fitted on) say localises a wrong argument best: ``rule``,
+    each rule's ``localization`` and ``calls`` (calls to the gold API with a wrong argument). Ties and no such
+    call keep ``product``, the token product every earlier gate used."""
+    localization = {c: scores.metrics[span_key(ARGUMENT, "localization", c)] for c in CONFIDENCES}
+    known = {c: v for c, v in localization.items() if not math.isnan(v)}
+    rule = max(known, key=lambda c: (known[c], c == PRODUCT)) if known else PRODUCT
+    return {"rule": rule, "localization": {c: None if math.isnan(v) else v for c, v in localization.items()},
+            "calls": scores.localized_calls}
 
 
 @dataclass
@@ -116,6 +129,7 @@ class ArgumentScores:
 
     metrics: dict[str, float]
     notes: dict[str, str] = field(default_factory=dict)
+    localized_calls: int = 0  # calls to the gold API with a wrong argument: what localization is measured on
 
     def summary(self) -> str:
         """What a run prints: one line per span kind, then one per reason a metric is NaN."""
@@ -200,4 +214,4 @@ def argument_metrics(records: Iterable[Mapping[str, Any]], examples: Mapping[str
     if not chance:
         out.notes[key] = "no call to the gold API with a wrong argument"
     api = _pooled(api_scores, api_right, API_NAME, "API names")
-    return ArgumentScores(out.metrics | api.metrics, out.notes | api.notes)
+    return ArgumentScores(out.metrics | api.metrics, out.notes | api.notes, len(chance))

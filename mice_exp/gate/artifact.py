@@ -3,7 +3,8 @@
 Layout of a gate folder::
 
   gate.json          what the gate is: LLM, prompt, retrieval and feature configs, risk and tau,
-                     feature columns, estimator class and params, checksums of the other files
+                     feature columns, estimator class and params, the per-argument rule (``arguments``),
+                     checksums of the other files
   estimator.skops    the fitted estimator (skops.io; loaded with an explicit list of trusted types)
   view.skops         the run's fitted feature view (a PCA view's projections), which transforms new queries
                      (absent from gates saved before the gate kept it: their views are stateless)
@@ -30,6 +31,7 @@ from mice_exp.errors import UserError
 from mice_exp.jsonable import jsonable
 from mice_exp.llm.prompt import load_template, template_problem
 from mice_exp.needs import RAW
+from mice_exp.tracking.schema import PRODUCT
 
 if TYPE_CHECKING:  # annotations only
     from mice_exp.metrics import Risk
@@ -111,6 +113,7 @@ def save_gate(
     demo_pool: Sequence[Example],
     llm_stage: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
+    arguments: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a gate folder for a fitted ``estimator`` and return it.
 
@@ -126,6 +129,8 @@ def save_gate(
         llm_stage: the LLM stage's ``done.json`` summary (``n_layers``, ``hidden_size`` are checked
             against the loaded model).
         provenance: anything else worth keeping (run id, metrics).
+        arguments: which per-argument confidence the gate reports and asks the user about
+            (:meth:`~mice_exp.pipeline.Pipeline.argument_rule` of the training calls; None: ``product``).
     """
     stage, study = pipeline.stage, pipeline.study
     reason = pipeline.gate_unsupported()
@@ -169,6 +174,7 @@ def save_gate(
             "class": class_path(estimator), "params": jsonable(estimator.get_params()), "source": RAW,
             "input_kind": estimator.reads.name, "file": ESTIMATOR_FILE, "sha256": file_sha256(folder / ESTIMATOR_FILE),
         },
+        "arguments": dict(arguments or {"rule": PRODUCT}),
         "demo_pool": {"file": POOL_FILE, "size": len(demo_pool), "sha256": file_sha256(folder / POOL_FILE)},
         "dataset": dict(stage.dataset.settings),
         "provenance": dict(provenance or {}),

@@ -47,7 +47,8 @@ def fit_gate(cfg: Any, folder: str | Path, paths: Paths | None = None, llm: Any 
     fs = pipeline.features(stage)
     _, fitted = holdout(pipeline.study.main.estimator, fs)
     return save_gate(folder, pipeline, fitted, fs.view, pipeline.demo_pool(), llm_stage=stage.info,
-                     provenance={"llm_cache": stage.key, "train_rows": int(fs.rows("train").sum())})
+                     provenance={"llm_cache": stage.key, "train_rows": int(fs.rows("train").sum())},
+                     arguments=pipeline.argument_rule(stage.records))
 
 
 def save_run_gate(pipeline: Pipeline, stage: StageOutput, fs: FeatureSet, estimator: Any, tracker: Any,
@@ -69,13 +70,14 @@ def save_run_gate(pipeline: Pipeline, stage: StageOutput, fs: FeatureSet, estima
     provenance = {"run_id": getattr(tracker, "run_id", None), "llm_cache": stage.key,
                   "train_rows": int(fs.rows("train").sum())}
     args = (pipeline, estimator, fs.view, pipeline.demo_pool())
+    kwargs = {"llm_stage": stage.info, "provenance": provenance, "arguments": pipeline.argument_rule(stage.records)}
     names = (pipeline.stage.llm["name"], pipeline.feature_settings["name"], study.main.key)
     if not getattr(tracker, "enabled", True) or getattr(tracker, "run_id", None) is None:
         folder = pipeline.paths.cache / "gates" / f"{'-'.join(names)}-{gate_key(pipeline)}"
-        save_gate(folder, *args, llm_stage=stage.info, provenance=provenance)
+        save_gate(folder, *args, **kwargs)
         return {"folder": str(folder)}
     with tempfile.TemporaryDirectory(prefix="mice-gate-") as tmp:
-        save_gate(Path(tmp), *args, llm_stage=stage.info, provenance=provenance)
+        save_gate(Path(tmp), *args, **kwargs)
         uri = log_gate(tracker.client, tracker.run_id, tmp)
     result = {"uri": uri}
     if register:

@@ -9,10 +9,18 @@ from typing import Any, Mapping, Sequence
 
 from mice_exp.gate.chat import Call, Decision
 from mice_exp.llm.toolcall import CallFormat
+from mice_exp.tracking.schema import PRODUCT
 
 
-def decision(record: Mapping[str, Any], p: float, tau: float, tools: Sequence[str], fmt: CallFormat) -> Decision:
-    """The decision on a record in the reply format ``fmt``; a call to a tool the request did not offer (the
+def argument_rule(spec: Mapping[str, Any]) -> str:
+    """The per-argument confidence a saved gate (``gate.json``) reports and asks the user about: the rule it chose
+    on its training calls, ``product`` for gates saved before they chose one."""
+    return spec.get("arguments", {}).get("rule", PRODUCT)
+
+
+def decision(record: Mapping[str, Any], p: float, tau: float, tools: Sequence[str], fmt: CallFormat,
+             rule: str) -> Decision:
+    """The decision on a record in the reply format ``fmt``, its arguments' confidences under ``rule``; a call to a tool the request did not offer (the
     prompt also shows the demonstrations' tools) is no call: nothing the caller could run."""
     from mice_exp.features.arguments import answer_arguments  # loads sklearn
 
@@ -25,7 +33,7 @@ def decision(record: Mapping[str, Any], p: float, tau: float, tools: Sequence[st
         else:
             why = (f"the reply calls {record['pred_api']!r}, which is not among the tools offered "
                    f"({', '.join(tools)})")
-    return Decision(call=call, probability=p, arguments=answer_arguments(record, fmt)[0] if call else {},
+    return Decision(call=call, probability=p, arguments=answer_arguments(record, fmt, rule)[0] if call else {},
                     execute=call is not None and p > tau, tau=tau, text=record["text"], parse_error=why,
                     prompt_tokens=int(record["prompt_tokens"]), completion_tokens=len(record["token_ids"]))
 
@@ -38,11 +46,11 @@ def denied(problem: str, reply: str, tau: float, prompt_tokens: int) -> Decision
                     prompt_tokens=prompt_tokens, completion_tokens=0)
 
 
-def answer(qid: Any, record: Mapping[str, Any], p: float, tau: float, fmt: CallFormat) -> dict[str, Any]:
+def answer(qid: Any, record: Mapping[str, Any], p: float, tau: float, fmt: CallFormat, rule: str) -> dict[str, Any]:
     """A query's JSON answer (:meth:`mice_exp.gate.Gate.decide` says what each key holds)."""
     from mice_exp.features.arguments import answer_arguments  # loads sklearn
 
-    arguments, why_none = answer_arguments(record, fmt)
+    arguments, why_none = answer_arguments(record, fmt, rule)
     return {"id": qid, "call": {"api": record["pred_api"], "args": record["pred_args"]}, "text": record["text"],
             "probability": p, "decision": "execute" if p > tau else "abstain", "tau": tau,
             "raw_confidence": record["raw_confidence"], "arguments": arguments, "arguments_error": why_none,

@@ -284,7 +284,7 @@ class Gate:
         return [ran.records[n] for n in keep], p[keep]
 
     def _decision(self, record: Mapping[str, Any], p: float, tau: float, tools: Sequence[str]) -> Decision:
-        return decisions.decision(record, p, tau, tools, self.builder().fmt)
+        return decisions.decision(record, p, tau, tools, self.builder().fmt, decisions.argument_rule(self.spec))
 
     def _answer(self, qid: Any, record: Mapping[str, Any], p: float) -> dict[str, Any]:
-        return decisions.answer(qid, record, p, self.tau, self.builder().fmt)
+        return decisions.answer(qid, record, p, self.tau, self.builder().fmt, decisions.argument_rule(self.spec))
