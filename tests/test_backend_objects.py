@@ -9,63 +9,20 @@ import re
 import pytest
 
 from mice_exp.errors import UserError
+from mice_exp.llm.backends import backend_class
 from mice_exp.paths import PACKAGE_ROOT
 from mice_exp.pipeline import Pipeline
 from tests.conftest import cache_sharing_models
+from tests.recipes import follow_recipe
 from tests.test_llm_stage import paths_in, tiny_cfg
-
-#: A whole backend in one module: a black box that answers greedily and gives nothing else (no layers, no
-#: probabilities over the vocabulary), here the transformers model of tiny_random with its layers withheld.
-REPLIES = '''
-"""A black box answering greedily (the transformers model behind it, its layers withheld)."""
-import numpy as np
-
-from mice_exp.llm.backends import Backend
-
-
-class Withheld:
-    def __init__(self, llm):
-        self.llm, self.name, self.tokenizer = llm, llm.name, llm.tokenizer
-        self.n_layers = self.hidden_size = 0
-
-    def generate(self, prompts, max_new_tokens, fmt):
-        from mice_exp.llm.capture import generate_batch
-
-        generations = generate_batch(self.llm, prompts, max_new_tokens, fmt)
-        for g in generations:
-            g.lens_ids = np.zeros((0, len(g.token_ids)), np.int32)
-            g.states = np.zeros((max(len(g.token_ids), 1), 0, 0), np.float32)
-        return generations
-
-
-class Replies(Backend):
-    name = "replies"
-    internals = replays = False
-    gives = frozenset({"greedy"})
-    source_method = "replies-1"
-
-    def load(self):
-        from mice_exp.llm.model import load_hf
-
-        return Withheld(load_hf(self.settings, self.models))
-
-    def source_runner(self):
-        from mice_exp.llm.prefix_sources import PrefixSources
-
-        return PrefixSources(self.generator().llm)
-
-
-BACKEND = Replies
-'''
 
 
 @pytest.fixture
 def replies(tmp_path, monkeypatch) -> str:
-    """``llm.backend`` naming the module above, written to a folder on the import path (a namespace package)."""
-    (tmp_path / "extra_backends").mkdir()
-    (tmp_path / "extra_backends" / "replies.py").write_text(REPLIES)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return "extra_backends.replies"
+    """``llm.backend`` naming the backend of docs/extending.md's recipe: a whole backend in one module, a black box
+    that answers greedily and gives nothing else (no layers, no probabilities over the vocabulary)."""
+    follow_recipe("A new LLM backend", tmp_path, monkeypatch)
+    return "replies"
 
 
 def no_model_loads(monkeypatch) -> None:
@@ -76,6 +33,7 @@ def no_model_loads(monkeypatch) -> None:
 
 
 def test_a_new_backend_is_its_module_and_the_entry_naming_it(replies, tmp_path):
+    assert backend_class(replies) is backend_class(f"mice_exp.llm.backends.{replies}")  # by name or import path
     cfg = tiny_cfg(**{"llm.backend": replies, "features": "conf_only", "sources.use": "[verbalized]"})
     pipeline = Pipeline.from_config(cfg, paths_in(cache_sharing_models(tmp_path / "cache")))
     assert pipeline.stage.key("cpu")["llm"]["backend"] == "replies"  # its calls are cached apart from hf's

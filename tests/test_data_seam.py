@@ -18,53 +18,14 @@ from mice_exp.errors import UserError
 from mice_exp.gate.queries import parse_query
 from mice_exp.paths import PACKAGE_ROOT, Paths
 from tests.conftest import package_findings
-
-#: A data set of one's own: arithmetic queries whose label is the data set's own rule (the right tool, whatever the
-#: arguments), to show that the rule comes from the data set's class.
-TOY_MODULE = '''
-"""Toy queries: "add"/"sub" two numbers; a call is right when it names the right tool."""
-from mice_exp.data import Dataset, Example
-from mice_exp.data.records import format_demo
-
-TOOLS = ("API_name: add\\nDescription: Add two numbers. Your input should be a json (args json schema): "
-         "{{\\"a\\" : integer, \\"b\\" : integer, }}\\n\\nAPI_name: sub\\nDescription: Subtract b from a. Your input "
-         "should be a json (args json schema): {{\\"a\\" : integer, \\"b\\" : integer, }}")
-
-
-class Toy(Dataset):
-    name = "toy"
-
-    def __init__(self, per_api: int, **common):
-        super().__init__(**common)
-        self.per_api = per_api
-
-    def load(self, paths):
-        return [Example(id=f"toy/{api}/{i}", dataset=self.name, api=api, query=f"What is {i} {word} {i + 1}?",
-                        tools=TOOLS, tool_names=("add", "sub"), gold=api,
-                        demo=format_demo(api, {"a": i, "b": i + 1}), labels=self)
-                for api, word in (("add", "plus"), ("sub", "minus")) for i in range(self.per_api)]
-
-    def is_correct(self, example, api, args):
-        return api == example.gold and args is not None
-
-    def gold_api(self, example):
-        return example.gold
-'''
-TOY_YAML = """
-name: toy
-_target_: toy_data.Toy
-per_api: 6
-split: {train: 3, validation: 1, test: 2}
-seed: 0
-"""
+from tests.recipes import follow_recipe
 
 
 def test_a_new_data_set_is_a_module_and_a_yaml(tmp_path, monkeypatch):
-    (tmp_path / "toy_data.py").write_text(TOY_MODULE)
-    (tmp_path / "conf" / "dataset").mkdir(parents=True)
-    (tmp_path / "conf" / "dataset" / "toy.yaml").write_text(TOY_YAML)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    overrides = [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "dataset=toy", "prompt.k_demos=1"]
+    """The recipe of docs/extending.md: arithmetic queries whose label is the data set's own rule (the right tool,
+    whatever the arguments), to show that the rule comes from the data set's class."""
+    follow_recipe("A new data set", tmp_path, monkeypatch)
+    overrides = ["dataset=toy", "prompt.k_demos=1"]
     result, records = tiny_run(tmp_path, *overrides)
     assert len(records) == 12 and {r["dataset"] for r in records} == {"toy"}
     assert {r["split"] for r in records if r["api"] == "add"} == {"train", "validation", "test"}
@@ -74,7 +35,7 @@ def test_a_new_data_set_is_a_module_and_a_yaml(tmp_path, monkeypatch):
     toy = make_dataset(as_plain(compose_config(overrides))["dataset"])
     (example, *_) = toy.select(Paths(tmp_path, tmp_path)).examples
     assert is_correct(example, example.gold, {"a": -1}) and not is_correct(example, "mul", {})  # Toy's rule
-    with pytest.raises(UserError, match=r"^dataset\._target_='toy_data\.Toy': .*per_api"):
+    with pytest.raises(UserError, match=r"^dataset\._target_='mice_exp\.data\.toy\.Toy': .*per_api"):
         tiny_run(tmp_path, *overrides, "~dataset.per_api")  # its settings are its constructor's
 
 
