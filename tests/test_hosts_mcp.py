@@ -10,6 +10,8 @@ call and trust another); what the real gate makes of the annotations runs agains
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import sys
 
 import pytest
@@ -26,6 +28,7 @@ from mice_exp.hosts.mcp_proxy import GateProxy  # noqa: E402
 from mice_exp.hosts.openai_agents import GateGuard  # noqa: E402
 from mice_exp.paths import PACKAGE_ROOT  # noqa: E402
 from tests import mcp_tools  # noqa: E402
+from tests.doc_blocks import code_blocks, run_block  # noqa: E402
 from tests.scripted_model import ScriptedModel  # noqa: E402
 from tests.stand_in_gate import TIMEOUT, StandInGate, unavailable  # noqa: E402, F401 - unavailable: a fixture
 from tests.test_gate import fitted  # noqa: E402, F401 - test_gate's saved tiny_random gate
@@ -122,3 +125,42 @@ def test_each_tools_annotations_set_its_tau_through_the_proxy_and_the_agents_sdk
     with ScriptedModel(script) as model:
         asyncio.run(agent_run(model.url))
     assert {v.name: v.tau for v in guard.verdicts.values()} == pytest.approx(taus)
+
+
+# ---------------------------------------------------------------------- docs/hosts.md
+@pytest.fixture
+def server_py(tmp_path, monkeypatch):
+    """The docs' ``python server.py``: tests/mcp_tools.py's server as a script in the working directory, and
+    this interpreter first on PATH."""
+    shutil.copy(mcp_tools.__file__, tmp_path / "server.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+
+
+def test_the_docs_agents_sdk_example_runs_as_written_and_each_tool_gets_its_tau(gate, served, server_py):  # noqa: F811
+    block = code_blocks("MCP")[0]
+    script = [("call", name, arguments) for name, arguments in CALLS] + [("answer", "Done.")]
+    with ScriptedModel(script) as model:
+        namespace = {"GATE_URL": served.url,
+                     "model": OpenAIChatCompletionsModel("scripted", AsyncOpenAI(base_url=model.url, api_key="-"))}
+        run_block(block, namespace, "docs/hosts.md: MCP")
+    assert {v.name: v.tau for v in namespace["guard"].verdicts.values()} == pytest.approx(
+        {"get_weather": 0.1, "cancel_booking": 0.9, "book_table": gate.tau})
+    assert len(model.requests) == len(script)  # each call's result (or why it was held) went back to the model
+
+
+def test_the_docs_proxy_example_runs_as_written_and_asks_the_user_about_a_doubted_call(server_py, capsys):
+    block = code_blocks("MCP")[1]
+    asked: list[str] = []
+
+    async def ask_the_user(context, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept")
+
+    with StandInGate(decision="ask", probability=0.42) as stand_in:
+        run_block(block, {"GATE_URL": stand_in.url, "ask_the_user": ask_the_user}, "docs/hosts.md: MCP")
+    (question,) = asked
+    assert "book_table a 42% chance of being right" in question and "Booked for 2 in Paris" in capsys.readouterr().out
+    (request,) = stand_in.requests
+    assert request["messages"] == [{"role": "user", "content": "Book a table for two in Paris."}]
+    assert [t["function"]["name"] for t in request["tools"]] == ["get_weather", "cancel_booking", "book_table"]
