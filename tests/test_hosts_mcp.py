@@ -102,19 +102,18 @@ def test_the_proxy_runs_no_call_when_the_gate_gives_no_verdict_unless_told_to_fa
 
 
 def test_each_tools_annotations_set_its_tau_through_the_proxy_and_the_agents_sdk(gate, served):  # noqa: F811
-    """readOnlyHint: the low-risk tau (0.1); destructiveHint: the high-risk one (0.9); no hint: the gate's."""
+    """readOnlyHint: the low-risk tau (0.1); destructiveHint: the high-risk one (0.9); no hint: the gate's. Over
+    HTTP and with the gate loaded in this process alike, each call at the same tau with the same decision."""
     taus = {"get_weather": 0.1, "cancel_booking": 0.9, "book_table": gate.tau}
 
-    async def proxied():
+    async def proxied(where):
         async with Client(mcp_tools.shop) as upstream:
-            proxy = GateProxy(upstream, served.url, task=TASK)
-            return {name: (await proxy.verdict(name, arguments)).tau for name, arguments in CALLS}
+            proxy = GateProxy(upstream, where, task=TASK)
+            return {name: await proxy.verdict(name, arguments) for name, arguments in CALLS}
 
-    assert asyncio.run(proxied()) == pytest.approx(taus)
-    guard = GateGuard(served.url)
     script = [("call", name, arguments) for name, arguments in CALLS] + [("answer", "Done.")]
 
-    async def agent_run(url: str):
+    async def agent_run(guard: GateGuard, url: str):
         params = {"command": sys.executable, "args": ["-m", "tests.mcp_tools"], "cwd": str(PACKAGE_ROOT)}
         async with MCPServerStdio(params, client_session_timeout_seconds=120,
                                   tool_input_guardrails=[guard.guardrail]) as shop:
@@ -122,9 +121,20 @@ def test_each_tools_annotations_set_its_tau_through_the_proxy_and_the_agents_sdk
                 "scripted", AsyncOpenAI(base_url=url, api_key="-")))
             return await Runner.run(agent, TASK, hooks=guard.hooks)
 
-    with ScriptedModel(script) as model:
-        asyncio.run(agent_run(model.url))
-    assert {v.name: v.tau for v in guard.verdicts.values()} == pytest.approx(taus)
+    found = {}
+    for where in (served.url, gate):
+        guard = GateGuard(where)
+        with ScriptedModel(script) as model:
+            asyncio.run(agent_run(guard, model.url))
+        found[where is gate] = {"proxy": asyncio.run(proxied(where)),
+                                "Agents SDK": {v.name: v for v in guard.verdicts.values()}}
+    for in_process, surfaces in found.items():
+        for surface, verdicts in surfaces.items():
+            assert {name: v.tau for name, v in verdicts.items()} == pytest.approx(taus), (in_process, surface)
+            over_http = found[False][surface]
+            assert {n: v.execute for n, v in verdicts.items()} == {n: v.execute for n, v in over_http.items()}
+            assert {n: v.probability for n, v in verdicts.items()} == pytest.approx(
+                {n: v.probability for n, v in over_http.items()}, abs=1e-6), (in_process, surface)
 
 
 # ---------------------------------------------------------------------- docs/hosts.md
@@ -146,7 +156,9 @@ def test_the_docs_agents_sdk_example_runs_as_written_and_each_tool_gets_its_tau(
         run_block(block, namespace, "docs/hosts.md: MCP")
     assert {v.name: v.tau for v in namespace["guard"].verdicts.values()} == pytest.approx(
         {"get_weather": 0.1, "cancel_booking": 0.9, "book_table": gate.tau})
-    assert len(model.requests) == len(script)  # each call's result (or why it was held) went back to the model
+    held = [not v.execute for v in namespace["guard"].verdicts.values()]
+    turns = [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "tool"]
+    assert ["The tool was not run" in turn for turn in turns] == held  # a held call's refusal went to the model
 
 
 def test_the_docs_proxy_example_runs_as_written_and_asks_the_user_about_a_doubted_call(server_py, capsys):
