@@ -1,7 +1,7 @@
 """A stand-in for ``mice-exp serve``'s ``POST /v1/tool_calls/check`` on 127.0.0.1 (standard library only), for
 what a guard does when the gate misbehaves and for what the guard itself costs: it answers every call with one
-fixed verdict (or one per tool), after ``delay`` seconds, or answers ``body`` instead (what a wrong URL answers: a web page, some
-other JSON). Every request body is kept in ``requests``.
+fixed verdict (or one per tool, or one per call: a function of the call), after ``delay`` seconds, or answers
+``body`` instead (what a wrong URL answers: a web page, some other JSON). Every request body is kept in ``requests``.
 
 ``unavailable`` is each way a gate gives no verdict: nothing listening, slower than the guard's timeout, or
 something else answering.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -25,8 +25,9 @@ TIMEOUT, SLOW = 1.0, 30.0
 class StandInGate(ThreadingHTTPServer):
     daemon_threads, block_on_close = True, False
 
-    def __init__(self, decision: str | dict[str, str] = "allow", probability: float = 0.9, tau: float = 0.5,
-                 delay: float = 0.0, body: bytes | None = None, kind: str = "application/json") -> None:
+    def __init__(self, decision: str | dict[str, str] | Callable[[dict[str, Any]], str] = "allow",
+                 probability: float = 0.9, tau: float = 0.5, delay: float = 0.0, body: bytes | None = None,
+                 kind: str = "application/json") -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.decision, self.probability, self.tau, self.delay = decision, probability, tau, delay
         self.body, self.kind = body, kind
@@ -40,7 +41,8 @@ class StandInGate(ThreadingHTTPServer):
         results = []
         for i, call in enumerate(request["tool_calls"]):
             name = call["function"]["name"]
-            decision = self.decision if isinstance(self.decision, str) else self.decision[name]
+            decision = (self.decision if isinstance(self.decision, str) else self.decision(call)
+                        if callable(self.decision) else self.decision[name])
             reason = f"p = {self.probability} is at or below the low-risk tau 0.1" if decision == "deny" else None
             results.append({"index": i, "id": call.get("id"), "name": name, "decision": decision,
                             "probability": self.probability, "tau": self.tau, "risk": "gate", "arguments": {},

@@ -38,6 +38,7 @@ from mice_exp.hosts.langchain_middleware import GateMiddleware
 from mice_exp.hosts.openai_agents import GateGuard
 from mice_exp.hosts.scoring import Verdict, tool_call
 from mice_exp.paths import PACKAGE_ROOT
+from tests.doc_blocks import code_blocks, run_block
 from tests.scripted_model import ScriptedModel
 from tests.stand_in_gate import TIMEOUT, unavailable  # noqa: F401 - unavailable: each gate that gives no verdict
 from tests.test_gate import fitted  # noqa: F401 - the module's gate
@@ -363,22 +364,15 @@ EXAMPLES = {"get_weather": [("call", "get_weather", {"city": "Paris"}), ("answer
             "book_table": [("call", "book_table", {"city": "Paris", "people": 2}), ("answer", "Booked.")]}
 
 
-def python_blocks(section: str) -> list[str]:
-    """The python code blocks of one section (``## <section>``) of docs/hosts.md, in order."""
-    text = (PACKAGE_ROOT / "docs" / "hosts.md").read_text()
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", body, flags=re.S)
-
-
 @pytest.mark.parametrize("section, answers", [("OpenAI Agents SDK", ["Sunny in Paris.", "Booked."]),
                                               ("LangChain 1.x (`create_agent`)", ["Sunny in Paris."] * 2)])
 def test_the_docs_examples_run_as_written(gate, fitted, section, answers, capsys):  # noqa: F811
-    blocks = python_blocks(section)
-    assert len(blocks) == 2 and all(len(b.strip().splitlines()) <= 15 for b in blocks)
+    blocks = code_blocks(section)
+    assert len(blocks) == 2
     with ScriptedModel(EXAMPLES) as model:
         namespace = {"GATE": str(fitted[0]), "AGENT_URL": model.url}
         for block, answer in zip(blocks, answers):
-            exec(compile(block, f"docs/hosts.md: {section}", "exec"), namespace)
+            run_block(block, namespace, f"docs/hosts.md: {section}")
             assert capsys.readouterr().out.splitlines()[-1] == answer
             assert len(tool_turns(model.requests[-1])) == 1  # the tool's result, or why the gate held the call
 

@@ -9,6 +9,7 @@ gate's probabilities are 0 or 1); the probability the real gate gives runs again
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from google.adk.tools.tool_confirmation import ToolConfirmation  # noqa: E402
 from google.genai import types  # noqa: E402
 
 from mice_exp.hosts.google_adk import GateCallback  # noqa: E402
+from tests.doc_blocks import code_blocks, run_block  # noqa: E402
 from tests.scripted_adk import ScriptedLlm  # noqa: E402
 from tests.stand_in_gate import TIMEOUT, StandInGate, unavailable  # noqa: E402, F401 - unavailable: a fixture
 from tests.test_gate import fitted  # noqa: E402, F401 - test_gate's saved tiny_random gate
@@ -58,6 +60,12 @@ def run_adk(gate_url: str, confirm: bool = False, confirmed: bool | None = None,
     guard = GateCallback(gate_url, confirm=confirm, **guarding)
     agent = LlmAgent(name="assistant", model=model, instruction=SYSTEM, tools=[book_table, cancel_booking],
                      before_tool_callback=guard.before_tool)
+    return ran, model.requests, run_agent(agent, confirmed), guard
+
+
+def run_agent(agent: LlmAgent, confirmed: bool | None = None) -> types.FunctionCall | None:
+    """The agent asked QUESTION in an ADK InMemoryRunner, to the end; ``confirmed`` answers the first Tool
+    Confirmation the run asks for (None: the run stops there). The confirmation asked for, or None."""
     runner = InMemoryRunner(agent=agent, app_name="gated")
 
     async def run() -> Any:
@@ -79,8 +87,7 @@ def run_adk(gate_url: str, confirm: bool = False, confirmed: bool | None = None,
                 asked = asking[0]
         return asked
 
-    asked = asyncio.run(run())
-    return ran, model.requests, asked, guard
+    return asyncio.run(run())
 
 
 def test_a_trusted_call_runs_and_a_denied_one_is_refused_with_the_gates_reason():
@@ -118,3 +125,26 @@ def test_the_callback_gives_the_probability_the_gate_gives(gate, served):  # noq
     verdicts = list(guard.scorer.verdicts.values())
     assert [v.name for v in verdicts] == ["book_table", "cancel_booking"]
     assert all(v.probability is not None and v.tau == 1.0 and not v.execute for v in verdicts)
+
+
+# ---------------------------------------------------------------------- docs/hosts.md
+SECTION = "Google ADK (`before_tool_callback`, Tool Confirmation)"
+#: The doc's agent is asked for a table for two: the gate trusts that call, denies a table for none, doubts one
+#: for twenty (``confirm=True``: the user is asked, and confirms it).
+BOOKINGS = {2: "allow", 0: "deny", 20: "ask"}
+
+
+def test_the_docs_example_runs_as_written_in_a_runner_loop():
+    (block,) = code_blocks(SECTION)
+    script = [("call", "book_table", {"city": "Paris", "people": n}) for n in BOOKINGS] + [("answer", "Done.")]
+    model = ScriptedLlm(model="scripted", script=script)
+    decide = lambda call: BOOKINGS[json.loads(call["function"]["arguments"])["people"]]  # noqa: E731
+    with StandInGate(decision=decide, probability=0.42) as stand_in:
+        namespace = {"GATE_URL": stand_in.url, "MODEL": model}
+        run_block(block, namespace, f"docs/hosts.md: {SECTION}")
+        asked = run_agent(namespace["agent"], confirmed=True)
+    assert asked.args["toolConfirmation"]["hint"].startswith("The confidence gate gives this call to book_table")
+    booked, refused, confirmed = results(model.requests)
+    assert (booked, confirmed) == ({"result": "Booked for 2 in Paris"}, {"result": "Booked for 20 in Paris"})
+    assert refused["error"].startswith("The confidence gate refused the call to book_table (42%)")
+    assert len(stand_in.requests) == 3  # the confirmed call was decided once

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -26,6 +28,7 @@ from claude_agent_sdk.types import HookContext, PreToolUseHookInput, PreToolUseH
 from mice_exp.hosts.claude_hooks import GateHook, command, conversation, sdk_tools  # noqa: E402
 from mice_exp.hosts.scoring import tool_call  # noqa: E402
 from mice_exp.paths import PACKAGE_ROOT  # noqa: E402
+from tests.doc_blocks import code_blocks, run_block  # noqa: E402
 from tests.stand_in_gate import TIMEOUT, StandInGate, unavailable  # noqa: E402, F401 - unavailable: a fixture
 from tests.test_gate import fitted  # noqa: E402, F401 - test_gate's saved tiny_random gate
 from tests.test_hosts import gate, served  # noqa: E402, F401 - the gate loaded from it, and mice-exp serve on it
@@ -65,7 +68,15 @@ def hooked(hook: GateHook, hook_input: PreToolUseHookInput) -> dict:
     """The hook as the SDK calls it: registered in ClaudeAgentOptions through a HookMatcher, then awaited."""
     options = ClaudeAgentOptions(mcp_servers={"shop": create_sdk_mcp_server("shop", tools=[book_table])},
                                  hooks={"PreToolUse": [HookMatcher(matcher="mcp__shop__.*", hooks=[hook])]})
-    (callback,) = options.hooks["PreToolUse"][0].hooks
+    return pre_tool_use(options, hook_input)
+
+
+def pre_tool_use(options: ClaudeAgentOptions, hook_input: PreToolUseHookInput) -> dict:
+    """What the options' PreToolUse hook answers for this input, called as Claude calls it: the one hook of the
+    one matcher, which must match the call's tool name."""
+    (matcher,) = options.hooks["PreToolUse"]
+    assert re.fullmatch(matcher.matcher, hook_input["tool_name"]), matcher.matcher
+    (callback,) = matcher.hooks
     return asyncio.run(callback(hook_input, hook_input["tool_use_id"], HookContext(signal=None)))
 
 
@@ -147,3 +158,48 @@ def test_the_command_denies_input_it_cannot_read():
     command(GateHook("http://127.0.0.1:9"), stdin=io.StringIO("not json"), stdout=out)
     output = json.loads(out.getvalue())["hookSpecificOutput"]
     assert output["permissionDecision"] == "deny" and "JSONDecodeError" in output["permissionDecisionReason"]
+
+
+# ---------------------------------------------------------------------- docs/hosts.md
+SECTION = "Claude Agent SDK and Claude Code (`PreToolUse` hook)"
+
+
+def right_or_wrong(call: dict) -> str:
+    """The stand-in's verdict: a table for two (what the session asked for) is allowed, any other is denied."""
+    return "allow" if json.loads(call["function"]["arguments"]) == {"city": "Paris", "people": 2} else "deny"
+
+
+def test_the_docs_hook_example_runs_as_written_and_decides_each_call(tmp_path):
+    (block,) = code_blocks(SECTION)
+    with StandInGate(decision=right_or_wrong, probability=0.42) as stand_in:
+        namespace = {"GATE_URL": stand_in.url}
+        run_block(block, namespace, f"docs/hosts.md: {SECTION}")
+        right = pre_tool_use(namespace["options"], session(tmp_path, {"city": "Paris", "people": 2}))
+        wrong = pre_tool_use(namespace["options"], session(tmp_path, {"city": "Paris", "people": 20}, "toolu_03"))
+    assert right["hookSpecificOutput"]["permissionDecision"] == "allow"
+    assert wrong["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "(42%)" in wrong["hookSpecificOutput"]["permissionDecisionReason"]
+    assert [r["tools"][0]["function"]["name"] for r in stand_in.requests] == [BOOK, BOOK]  # sdk_tools' schema
+    assert stand_in.requests[0]["tools"][0]["function"]["parameters"]["properties"]["people"] == {"type": "integer"}
+
+
+def test_the_docs_claude_code_settings_run_the_hook_command(tmp_path):
+    """The settings JSON as written: a command hook whose own timeout is above the guard's, and whose command
+    (run here with this interpreter, at a stand-in gate's URL) denies the call the gate denies."""
+    (block,) = code_blocks(SECTION, "json")
+    (matcher,) = json.loads(block)["hooks"]["PreToolUse"]
+    (hook,) = matcher["hooks"]
+    argv = shlex.split(hook["command"])
+    assert (matcher["matcher"], hook["type"], argv[:2]) == ("*", "command", ["mice-exp", "claude-hook"])
+    options = dict(a.split("=", 1) for a in argv[2:])
+    assert set(options) == {"gate", "timeout"} and float(options["timeout"]) < hook["timeout"]
+    with StandInGate(decision=right_or_wrong, probability=0.05) as stand_in:
+        argv = [sys.executable, "-m", "mice_exp", *(f"gate={stand_in.url}" if a.startswith("gate=") else a
+                                                    for a in argv[1:])]
+        done = subprocess.run(argv, input=json.dumps(session(tmp_path, {"city": "Paris", "people": 20})),
+                              capture_output=True, text=True, cwd=PACKAGE_ROOT, timeout=240)
+    assert done.returncode == 0, done.stderr
+    output = json.loads(done.stdout)["hookSpecificOutput"]
+    assert output["permissionDecision"] == "deny" and "(5%)" in output["permissionDecisionReason"]
+    (request,) = stand_in.requests
+    assert request["tools"][0]["function"]["name"] == BOOK  # no tools= file: the call's own arguments' schema

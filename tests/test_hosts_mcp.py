@@ -10,6 +10,8 @@ call and trust another); what the real gate makes of the annotations runs agains
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import sys
 
 import pytest
@@ -26,6 +28,7 @@ from mice_exp.hosts.mcp_proxy import GateProxy  # noqa: E402
 from mice_exp.hosts.openai_agents import GateGuard  # noqa: E402
 from mice_exp.paths import PACKAGE_ROOT  # noqa: E402
 from tests import mcp_tools  # noqa: E402
+from tests.doc_blocks import code_blocks, run_block  # noqa: E402
 from tests.scripted_model import ScriptedModel  # noqa: E402
 from tests.stand_in_gate import TIMEOUT, StandInGate, unavailable  # noqa: E402, F401 - unavailable: a fixture
 from tests.test_gate import fitted  # noqa: E402, F401 - test_gate's saved tiny_random gate
@@ -99,19 +102,18 @@ def test_the_proxy_runs_no_call_when_the_gate_gives_no_verdict_unless_told_to_fa
 
 
 def test_each_tools_annotations_set_its_tau_through_the_proxy_and_the_agents_sdk(gate, served):  # noqa: F811
-    """readOnlyHint: the low-risk tau (0.1); destructiveHint: the high-risk one (0.9); no hint: the gate's."""
+    """readOnlyHint: the low-risk tau (0.1); destructiveHint: the high-risk one (0.9); no hint: the gate's. Over
+    HTTP and with the gate loaded in this process alike, each call at the same tau with the same decision."""
     taus = {"get_weather": 0.1, "cancel_booking": 0.9, "book_table": gate.tau}
 
-    async def proxied():
+    async def proxied(where):
         async with Client(mcp_tools.shop) as upstream:
-            proxy = GateProxy(upstream, served.url, task=TASK)
-            return {name: (await proxy.verdict(name, arguments)).tau for name, arguments in CALLS}
+            proxy = GateProxy(upstream, where, task=TASK)
+            return {name: await proxy.verdict(name, arguments) for name, arguments in CALLS}
 
-    assert asyncio.run(proxied()) == pytest.approx(taus)
-    guard = GateGuard(served.url)
     script = [("call", name, arguments) for name, arguments in CALLS] + [("answer", "Done.")]
 
-    async def agent_run(url: str):
+    async def agent_run(guard: GateGuard, url: str):
         params = {"command": sys.executable, "args": ["-m", "tests.mcp_tools"], "cwd": str(PACKAGE_ROOT)}
         async with MCPServerStdio(params, client_session_timeout_seconds=120,
                                   tool_input_guardrails=[guard.guardrail]) as shop:
@@ -119,6 +121,58 @@ def test_each_tools_annotations_set_its_tau_through_the_proxy_and_the_agents_sdk
                 "scripted", AsyncOpenAI(base_url=url, api_key="-")))
             return await Runner.run(agent, TASK, hooks=guard.hooks)
 
+    found = {}
+    for where in (served.url, gate):
+        guard = GateGuard(where)
+        with ScriptedModel(script) as model:
+            asyncio.run(agent_run(guard, model.url))
+        found[where is gate] = {"proxy": asyncio.run(proxied(where)),
+                                "Agents SDK": {v.name: v for v in guard.verdicts.values()}}
+    for in_process, surfaces in found.items():
+        for surface, verdicts in surfaces.items():
+            assert {name: v.tau for name, v in verdicts.items()} == pytest.approx(taus), (in_process, surface)
+            over_http = found[False][surface]
+            assert {n: v.execute for n, v in verdicts.items()} == {n: v.execute for n, v in over_http.items()}
+            assert {n: v.probability for n, v in verdicts.items()} == pytest.approx(
+                {n: v.probability for n, v in over_http.items()}, abs=1e-6), (in_process, surface)
+
+
+# ---------------------------------------------------------------------- docs/hosts.md
+@pytest.fixture
+def server_py(tmp_path, monkeypatch):
+    """The docs' ``python server.py``: tests/mcp_tools.py's server as a script in the working directory, and
+    this interpreter first on PATH."""
+    shutil.copy(mcp_tools.__file__, tmp_path / "server.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+
+
+def test_the_docs_agents_sdk_example_runs_as_written_and_each_tool_gets_its_tau(gate, served, server_py):  # noqa: F811
+    block = code_blocks("MCP")[0]
+    script = [("call", name, arguments) for name, arguments in CALLS] + [("answer", "Done.")]
     with ScriptedModel(script) as model:
-        asyncio.run(agent_run(model.url))
-    assert {v.name: v.tau for v in guard.verdicts.values()} == pytest.approx(taus)
+        namespace = {"GATE_URL": served.url,
+                     "model": OpenAIChatCompletionsModel("scripted", AsyncOpenAI(base_url=model.url, api_key="-"))}
+        run_block(block, namespace, "docs/hosts.md: MCP")
+    assert {v.name: v.tau for v in namespace["guard"].verdicts.values()} == pytest.approx(
+        {"get_weather": 0.1, "cancel_booking": 0.9, "book_table": gate.tau})
+    held = [not v.execute for v in namespace["guard"].verdicts.values()]
+    turns = [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "tool"]
+    assert ["The tool was not run" in turn for turn in turns] == held  # a held call's refusal went to the model
+
+
+def test_the_docs_proxy_example_runs_as_written_and_asks_the_user_about_a_doubted_call(server_py, capsys):
+    block = code_blocks("MCP")[1]
+    asked: list[str] = []
+
+    async def ask_the_user(context, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept")
+
+    with StandInGate(decision="ask", probability=0.42) as stand_in:
+        run_block(block, {"GATE_URL": stand_in.url, "ask_the_user": ask_the_user}, "docs/hosts.md: MCP")
+    (question,) = asked
+    assert "book_table a 42% chance of being right" in question and "Booked for 2 in Paris" in capsys.readouterr().out
+    (request,) = stand_in.requests
+    assert request["messages"] == [{"role": "user", "content": "Book a table for two in Paris."}]
+    assert [t["function"]["name"] for t in request["tools"]] == ["get_weather", "cancel_booking", "book_table"]

@@ -85,7 +85,7 @@ class GateHook:
 
 def openai_tool(tool: Any) -> dict[str, Any]:
     """A tool as OpenAI's chat schema: given so, or an ``SdkMcpTool`` (``@tool``) together with the name Claude
-    calls it by (:func:`sdk_tools`), its MCP annotations kept (they set its tau over HTTP)."""
+    calls it by (:func:`sdk_tools`), its MCP annotations kept (they set its tau)."""
     if isinstance(tool, Mapping):
         return dict(tool)
     if isinstance(tool, tuple) and len(tool) == 2 and hasattr(tool[1], "input_schema"):

@@ -3,8 +3,8 @@ and asks the gate before each ``tools/call`` it forwards.
 
 What a ``tools/call`` carries (the installed ``mcp`` package's ``CallToolRequestParams``): the tool's name and
 arguments, no conversation and no call id. So the gate is shown what the proxy's owner says the agent is
-doing (``task``), every upstream tool as OpenAI's schema with its MCP ``annotations`` (over HTTP
-``readOnlyHint`` decides at the gate's low-risk tau, ``destructiveHint`` at its high-risk one), and the call;
+doing (``task``), every upstream tool as OpenAI's schema with its MCP ``annotations`` (``readOnlyHint``
+decides at the low-risk tau, ``destructiveHint`` at the high-risk one), and the call;
 a call is known by its name and arguments, so the same call gets the same verdict.
 
 A call the gate trusts is forwarded and its result returned as the upstream server gave it; a call it denies
@@ -39,7 +39,7 @@ CONFIRM = "mice_exp_confirm"
 
 class GateProxy:
     """Serves ``upstream``'s tools (an entered ``mcp.Client``) as ``self.server``, guarded by a gate (a loaded
-    ``Gate``, or the URL of ``mice-exp serve``) at ``tau`` (default: each tool's risk over HTTP, else the gate's);
+    ``Gate``, or the URL of ``mice-exp serve``) at ``tau`` (default: each tool's risk, else the gate's);
     a gate that gives no verdict within ``timeout`` seconds denies, unless ``fail_open``."""
 
     def __init__(self, upstream: Client, gate: Any, *, task: str, tau: float | None = None,

@@ -18,8 +18,8 @@ guardrail or the approval only looks the verdict up by the call's id::
 
 A run without ``hooks=guard.hooks`` is refused at its first guarded call (the guard has not seen the call).
 An MCP server's tools (``MCPServerStdio(...)`` and the like) are function tools too: the guard hands the gate
-their MCP annotations, so over HTTP ``readOnlyHint`` decides at the gate's low-risk tau and
-``destructiveHint`` at its high-risk one; ``MCPServerStdio(..., tool_input_guardrails=[guard.guardrail])``
+their MCP annotations, so (over HTTP or in-process alike) ``readOnlyHint`` decides at the low-risk tau and
+``destructiveHint`` at the high-risk one; ``MCPServerStdio(..., tool_input_guardrails=[guard.guardrail])``
 blocks a held call of any of the server's tools.
 """
 
@@ -91,5 +91,5 @@ class _ScoreProposedCalls(RunHooks[Any]):
 
 
 def openai_tool(tool: FunctionTool) -> dict[str, Any]:
-    """The tool as OpenAI's chat schema, with an MCP tool's annotations (what sets its tau over HTTP)."""
+    """The tool as OpenAI's chat schema, with an MCP tool's annotations (what sets its tau)."""
     return annotated(Converter.tool_to_openai(tool), tool.mcp_annotations)

@@ -98,14 +98,14 @@ class Scorer(Protocol):
 def tool_schema(name: str, description: str | None, parameters: Mapping[str, Any], hints: Any = None
                 ) -> dict[str, Any]:
     """A tool in OpenAI's chat shape; ``hints``: its MCP ``ToolAnnotations`` (``readOnlyHint`` and
-    ``destructiveHint`` set its tau over HTTP), or None."""
+    ``destructiveHint`` set its tau), or None."""
     return annotated({"type": "function", "function": {"name": name, "description": description or "",
                                                       "parameters": dict(parameters)}}, hints)
 
 
 def annotated(schema: Mapping[str, Any], hints: Any) -> dict[str, Any]:
-    """A tool schema with its MCP ``ToolAnnotations`` beside ``function``, where ``/v1/tool_calls/check`` reads
-    them (None: the schema as it is)."""
+    """A tool schema with its MCP ``ToolAnnotations`` beside ``function``, where ``/v1/tool_calls/check`` and
+    :class:`GateScorer` read them (None: the schema as it is)."""
     return dict(schema) if hints is None else {**schema, "annotations": hints.model_dump(by_alias=True,
                                                                                          exclude_none=True)}
 
@@ -135,13 +135,22 @@ def tool_call(call_id: str, name: str, arguments: str | dict[str, Any]) -> dict[
 
 
 class GateScorer:
-    """Scores in this process with a loaded gate: one teacher-forced pass per call, no generation."""
+    """Scores in this process with a loaded gate: one teacher-forced pass per call, no generation. Without
+    ``tau`` each call is decided at its tool's risk as ``/v1/tool_calls/check`` decides it (``risk``, default
+    :class:`~mice_exp.gate.policy.ToolRisk`'s: ``destructiveHint`` the high-risk tau, ``readOnlyHint`` the
+    low-risk one, else the gate's tau); ``tau`` decides every call at that threshold."""
 
-    def __init__(self, gate: Any, tau: float | None = None) -> None:
-        self.gate, self.tau = gate, tau
+    def __init__(self, gate: Any, tau: float | None = None, risk: Any = None) -> None:
+        self.gate, self.tau, self.risk = gate, tau, risk
 
     def score_calls(self, messages: Messages, tools: Tools, calls: Sequence[dict[str, Any]]) -> list[Verdict]:
         decisions = self.gate.score_batch([(messages, tools, call) for call in calls], tau=self.tau)
+        if self.tau is None:
+            from mice_exp.gate.policy import ToolRisk, at_tau  # the gate is loaded: its package is
+
+            risk, by_name = self.risk or ToolRisk(), {t["function"]["name"]: t for t in tools}
+            decisions = [at_tau(d, risk.tau(by_name[name], d.tau)[0]) if (name := c["function"]["name"]) in by_name
+                         else d for c, d in zip(calls, decisions)]
         return [Verdict(call_id=call["id"], name=call["function"]["name"], execute=bool(d.execute),
                         probability=d.probability, tau=d.tau, arguments=dict(d.arguments), reason=d.reason)
                 for call, d in zip(calls, decisions)]
