@@ -146,7 +146,7 @@ class GateScorer:
     def score_calls(self, messages: Messages, tools: Tools, calls: Sequence[dict[str, Any]]) -> list[Verdict]:
         decisions = self.gate.score_batch([(messages, tools, call) for call in calls], tau=self.tau)
         if self.tau is None:
-            from mice_exp.gate.policy import ToolRisk, at_tau  # the gate is loaded: its package is
+            from mice_exp.gate.policy import ToolRisk, at_tau  # loads numpy, omegaconf (a guard imports no gate code)
 
             risk, by_name = self.risk or ToolRisk(), {t["function"]["name"]: t for t in tools}
             decisions = [at_tau(d, risk.tau(by_name[name], d.tau)[0]) if (name := c["function"]["name"]) in by_name
