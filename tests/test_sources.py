@@ -13,6 +13,7 @@ from mice_exp.cache import read_json, stable_hash
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids
 from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.settings import PromptSettings
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.prefix_sources import PrefixSources, prefill, shared_length
 from mice_exp.llm.prompt import option_token_ids
@@ -75,7 +76,7 @@ def stage(tmp_path_factory, tiny_llm):
 
 def prompts_of(stage, llm, record):
     demos = [stage.examples[d] for d in stage.demos[record["id"]][:record["n_demos"]]]
-    return Prompts(PromptBuilder.from_config(stage.cfg["prompt"], llm.tokenizer), stage.examples[record["id"]], demos,
+    return Prompts(PromptBuilder.from_config(PromptSettings.from_config(stage.cfg["prompt"]), llm.tokenizer), stage.examples[record["id"]], demos,
                    record)
 
 
@@ -174,7 +175,7 @@ def test_a_records_file_gets_its_sources_without_its_llm_stage(stage, tiny_llm, 
     record = swapped.records[0]
     order = [stage.examples[d] for d in stage.demos[record["id"]][:record["n_demos"]]]
     assert len(order) == 2
-    builder = PromptBuilder.from_config(cfg["prompt"], tiny_llm.tokenizer)
+    builder = PromptBuilder.from_config(PromptSettings.from_config(cfg["prompt"]), tiny_llm.tokenizer)
     record["prompt_hash"] = stable_hash(Prompts(builder, stage.examples[record["id"]], order[::-1], {}).original)
     assert Prompts(builder, stage.examples[record["id"]], order, record).demos == order[::-1]
 
