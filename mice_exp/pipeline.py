@@ -10,7 +10,7 @@ commands build a pipeline, and nothing below them reads the config.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
@@ -101,28 +101,27 @@ class Pipeline:
                        gate=cfg.get("gate") or {},
                        estimates=cfg.get("stage", "all") == "all", force=bool(cfg.get("force")),
                        actor=cfg.get("actor"))
-        pipeline.check()
-        return pipeline
+        sources = {**pipeline.sources, "use": pipeline.check()}  # settled: what the run computes, logs and hashes
+        return replace(pipeline, sources=sources, config={**cfg, "sources": sources})
 
     def candidates(self) -> list[Candidate]:
         """Every estimator the run fits: its own, the reference rows and the protocol's (sample efficiency)."""
         return [self.study.main, *self.study.references, *self.study.named.values()]
 
-    def check(self) -> None:
+    def check(self) -> list[str]:
         """The built objects checked against each other before anything loads or runs (one line each): what the
-        view and every estimator read is provided (:func:`check_needs`; ``sources.use`` settled), the backend gives
-        the internals and the sources they read (:meth:`~mice_exp.llm.backends.Backend.refuse`), and the gate this
-        run saves will trust the view's and the estimator's classes."""
+        view and every estimator read is provided (:func:`check_needs`), the backend gives the internals and the
+        sources they read (:meth:`~mice_exp.llm.backends.Backend.refuse`), and the gate this run saves will trust
+        the view's and the estimator's classes. Returns ``sources.use`` settled (null: what they read)."""
         self.view.validate()
         use = check_needs(self.sources["use"], self.feature_settings["name"], self.view, self.candidates())
-        self.sources = {**self.sources, "use": use}  # settled: what the run computes, logs and hashes
-        self.config["sources"] = self.sources
         records = bool(self.stage.llm.records)  # nothing generates: the backend need not be installed
         check_backend(self.stage.llm, generates=not records)
         self.stage.backend.refuse(self.view, [(c.key, c.estimator) for c in self.candidates()], use,
                                   {name: source.needs for name, source in SOURCES.items()}, records)
         if self.saves_gate():
             self.check_trusted()
+        return use
 
     def saves_gate(self) -> bool:
         """Whether a run of this pipeline saves a gate: ``gate.save``, one fitted model (holdout) and inputs a gate

@@ -65,17 +65,17 @@ class LLMStage:
 
     def settings(self) -> dict[str, Mapping[str, Any]]:
         """The config groups the stage is built from, as plain mappings: what its local workers start with."""
-        return {"dataset": self.dataset.settings, "prompt": self.prompt.as_dict(), "llm": self.llm.as_dict(),
-                "retrieval": self.retrieval.as_dict()}
+        groups = (self.prompt, self.llm, self.retrieval)
+        return {"dataset": self.dataset.settings} | {group.group: group.as_dict() for group in groups}
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Mapping[str, Any]], paths: Paths,
                       shard: int | None = None) -> LLMStage:
         """The stage of :meth:`settings`, as worker ``shard`` of its ``llm.shards`` where given (a local worker)."""
-        llm = LLMSettings.from_config(settings["llm"])
-        return cls(make_dataset(settings["dataset"]), PromptSettings.from_config(settings["prompt"]),
-                   llm if shard is None else llm.overridden(shard=shard),
-                   RetrievalSettings.from_config(settings["retrieval"]), paths)
+        groups = {c.group: c.from_config(settings[c.group]) for c in (PromptSettings, LLMSettings, RetrievalSettings)}
+        if shard is not None:
+            groups |= {LLMSettings.group: groups[LLMSettings.group].overridden(shard=shard)}
+        return cls(make_dataset(settings["dataset"]), **groups, paths=paths)
 
     def key(self, device: str) -> dict[str, Any]:
         """Everything that changes the stage's output, and nothing else."""
