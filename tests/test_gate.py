@@ -268,7 +268,7 @@ def test_a_gate_fitted_on_a_gpu_serves_on_a_cpu_where_it_is_told_to(fitted, tiny
                                             r"retrieval.device=cpu or auto$"):
             Gate.load(folders["cuda"], llm=tiny_llm).decide(items, places)
     moved = Gate.load(folders["cuda"], llm=tiny_llm, device="cpu")
-    assert moved.view.encoder["device"] == moved.retrieval["device"] == "cpu"
+    assert moved.view.encoder["device"] == moved.retrieval_settings.device == "cpu"
     on_cpu = hexes(Gate.load(folders["cpu"], llm=tiny_llm).decide(items, places))
     assert hexes(moved.decide(items, places)) == on_cpu
     spec = json.loads((folders["cuda"] / "gate.json").read_text())  # as saved before gates kept their view: its
