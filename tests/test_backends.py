@@ -115,7 +115,7 @@ def server():
     from mice_exp.llm.local_server import vllm_server
     from mice_exp.llm.model import model_folder
 
-    folder = model_folder(tiny_cfg(**ONE_HEAD)["llm"], MODELS_CACHE)
+    folder = model_folder(LLMSettings.from_config(tiny_cfg(**ONE_HEAD)["llm"]), MODELS_CACHE)
     with vllm_server(folder, "tiny", 8192, python=str(VLLM_PYTHON)) as (url, _):
         yield url
 

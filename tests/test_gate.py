@@ -176,9 +176,9 @@ def test_the_commands_run_a_gate_on_the_engine_they_are_told(fitted):
     """``mice-exp serve model=GATE llm.backend=vllm``: what runs the LLM is not the gate's identity either."""
     from mice_exp.gate.command import load_gate
 
-    assert Gate.load(fitted[0]).llm_cfg["backend"] == "hf"
+    assert Gate.load(fitted[0]).llm_settings.backend == "hf"
     on_engine = load_gate({"model": str(fitted[0])}, ["llm.backend=vllm"], tiny_cfg("llm.backend=vllm"))
-    assert on_engine.llm_cfg["backend"] == "vllm"
+    assert on_engine.llm_settings.backend == "vllm"
 
 
 def test_the_command_refuses_a_mismatch_in_one_line(fitted, monkeypatch, capsys):

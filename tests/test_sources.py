@@ -13,7 +13,7 @@ from mice_exp.cache import read_json, stable_hash
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids
 from mice_exp.llm.prompt import PromptBuilder
-from mice_exp.llm.settings import PromptSettings
+from mice_exp.llm.settings import LLMSettings, PromptSettings
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.prefix_sources import PrefixSources, prefill, shared_length
 from mice_exp.llm.prompt import option_token_ids
@@ -57,9 +57,10 @@ def test_self_consistency_samples_stop_a_margin_after_the_greedy_call():
     from mice_exp.llm.sources import sample_budget
 
     record = {"token_ids": list(range(20))}
-    assert sample_budget(record, {"extra_tokens": 16}, {"max_new_tokens": 96}) == 36
-    assert sample_budget(record, {"extra_tokens": 100}, {"max_new_tokens": 96}) == 96
-    assert sample_budget(record, {"extra_tokens": None}, {"max_new_tokens": 96}) == 96
+    llm = LLMSettings.from_config(tiny_cfg(**{"llm.max_new_tokens": "96"})["llm"])
+    assert sample_budget(record, {"extra_tokens": 16}, llm) == 36
+    assert sample_budget(record, {"extra_tokens": 100}, llm) == 96
+    assert sample_budget(record, {"extra_tokens": None}, llm) == 96
 
 
 @pytest.fixture(scope="module")
