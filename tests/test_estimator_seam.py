@@ -53,7 +53,7 @@ def test_a_new_estimator_is_a_module_and_a_yaml(tmp_path, monkeypatch):
     """Its module in the estimators' package (here a folder added to it) and its YAML (here in a conf folder on
     Hydra's search path): scikit-learn's checks find it, a run fits it and saves it as a gate, and the report
     names its row as the YAML does."""
-    from mice_exp.llm import stage
+    from mice_exp.llm import runner
     from mice_exp.report import command
 
     (tmp_path / "estimators").mkdir()
@@ -67,7 +67,7 @@ def test_a_new_estimator_is_a_module_and_a_yaml(tmp_path, monkeypatch):
     estimator = small(shrunk)
     check_estimator(estimator, expected_failed_checks=expected_failed_checks(estimator), on_skip=None)
 
-    monkeypatch.setattr(stage, "is_correct", lambda example, api, args: int(example.id.rsplit("/", 1)[-1]) % 2 == 0)
+    monkeypatch.setattr(runner, "is_correct", lambda example, api, args: int(example.id.rsplit("/", 1)[-1]) % 2 == 0)
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     result, _ = tiny_run(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"dataset.path={FIXTURE}",
                          "prompt.k_demos=2", "estimator=shrunk", "compare_with=[raw,hre]", "tracking.enabled=true",
