@@ -39,6 +39,7 @@ from mice_exp.llm import capture  # noqa: E402
 from mice_exp.llm.local_server import vllm_server  # noqa: E402
 from mice_exp.llm.backends import load_llm  # noqa: E402
 from mice_exp.llm.model import model_folder  # noqa: E402
+from mice_exp.llm.settings import LLMSettings  # noqa: E402
 from mice_exp.llm.toolcall import REACT  # noqa: E402
 
 clock = time.perf_counter
@@ -107,13 +108,13 @@ def hf_plain(llm: Any) -> Callable[[list[list[int]], int], list[list[int]]]:
     return generate
 
 
-def vllm_plain(folder: Path, cfg: dict[str, Any], llm: Any) -> tuple[Callable[[list[list[int]], int], list[list[int]]], Any]:
+def vllm_plain(folder: Path, cfg: LLMSettings, llm: Any) -> tuple[Callable[[list[list[int]], int], list[list[int]]], Any]:
     """A second vLLM engine without the hidden-states extraction: generation alone, as a user would run it, its
     tokens cut where the stage cuts them (EOS, the call's stop); and the engine."""
     from vllm import LLM as Engine, SamplingParams, TokensPrompt
 
     engine = Engine(model=str(folder), tokenizer=str(folder), dtype="float32", seed=0,
-                    max_model_len=int(cfg["context_window"]), max_num_seqs=int(cfg["batch_size"]),
+                    max_model_len=int(cfg.context_window), max_num_seqs=int(cfg.batch_size),
                     enable_prefix_caching=True)
 
     def generate(prompts: list[list[int]], max_new: int) -> list[list[int]]:
@@ -162,13 +163,14 @@ def measure(name: str, cfg: dict[str, Any], llm_name: str, models: Path, prompts
             batches: list[list[str]], max_new: int) -> dict[str, Any]:
     """One backend's times and generations; what it loaded is freed when this returns (two vLLM engines' KV
     caches left too little memory for the server that ``openai`` starts next)."""
-    llm_cfg = {**cfg["llm"], "backend": name}
+    settings = LLMSettings.from_config(cfg["llm"])
+    llm_cfg = settings.overridden(backend=name)
     if name == "hf":
         llm = load_llm(llm_cfg, models)
         return run_backend(llm, hf_plain(llm), prompts, batches, max_new)
     if name == "vllm":
         llm = load_llm(llm_cfg, models)
-        plain, engine = vllm_plain(model_folder(cfg["llm"], models), cfg["llm"], llm)
+        plain, engine = vllm_plain(model_folder(settings, models), settings, llm)
         try:
             return run_backend(llm, plain, prompts, batches, max_new,
                                cold=lambda: (engine.reset_prefix_cache(), llm.engine.reset_prefix_cache()))
@@ -177,8 +179,8 @@ def measure(name: str, cfg: dict[str, Any], llm_name: str, models: Path, prompts
                 held.llm_engine.engine_core.shutdown()
     if name == "openai":
         os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # the server's /reset_prefix_cache
-        with vllm_server(model_folder(cfg["llm"], models), llm_name, int(cfg["llm"]["context_window"])) as (url, pid):
-            llm = load_llm({**llm_cfg, "base_url": url, "model": llm_name}, models)
+        with vllm_server(model_folder(settings, models), llm_name, int(settings.context_window)) as (url, pid):
+            llm = load_llm(llm_cfg.overridden(base_url=url, model=llm_name), models)
             reset = urllib.request.Request(url.removesuffix("/v1") + "/reset_prefix_cache", method="POST")
             return run_backend(llm, lambda p, n: [g.token_ids for g in llm.generate(p, n, REACT)], prompts, batches,
                                max_new, extra=[pid], cold=lambda: urllib.request.urlopen(reset, timeout=60).close())

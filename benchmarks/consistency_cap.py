@@ -22,6 +22,7 @@ from mice_exp.llm.capture import generate_ids
 from mice_exp.llm.generation import truncate
 from mice_exp.llm.backends import load_llm
 from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.settings import LLMSettings, PromptSettings
 from mice_exp.llm.records import read_records_file
 from mice_exp.llm.prefix_sources import prefill
 from mice_exp.llm.sources import Prompts, agreement
@@ -37,8 +38,8 @@ def main(llm_name: str, n: int) -> None:
     llm_stage = Pipeline.from_config(cfg).stage
     examples = {e.id: e for e in llm_stage.selection.examples}
     demos = llm_stage.demos(Path(tempfile.mkdtemp()))
-    llm = load_llm(cfg["llm"], paths.models)
-    builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
+    llm = load_llm(LLMSettings.from_config(cfg["llm"]), paths.models)
+    builder = PromptBuilder.from_config(PromptSettings.from_config(cfg["prompt"]), llm.tokenizer)
     fmt = builder.fmt
     torch.manual_seed(int(settings["seed"]))
     tests = [r for r in stage.records if r["split"] == "test"]

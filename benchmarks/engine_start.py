@@ -20,10 +20,10 @@ from cputime import cpu_line  # benchmarks/, the script's own folder
 
 INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 LOAD = ("from mice_exp.compose import as_plain, compose_config\nfrom mice_exp.llm.backends import load_llm\n"
-        "from mice_exp.paths import paths_from\n"
+        "from mice_exp.llm.settings import LLMSettings\nfrom mice_exp.paths import paths_from\n"
         "if __name__ == '__main__':\n"
         "    cfg = as_plain(compose_config(['llm={llm}', 'llm.backend=vllm']))\n"
-        "    load_llm(cfg['llm'], paths_from(cfg['paths']).models)\n")
+        "    load_llm(LLMSettings.from_config(cfg['llm']), paths_from(cfg['paths']).models)\n")
 
 
 def start(llm: str, aot: str) -> tuple[float, float]:

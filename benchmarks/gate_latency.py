@@ -178,7 +178,7 @@ def main() -> None:
     few_shot = [prompts[i].ids for i in sorted(prompts)]
     zero_shot = [gate.builder().build(examples[i], [], 10**9).ids for i in sorted(examples)]
     print(f"prompt tokens: mean {np.mean([len(p) for p in few_shot]):.0f} as the gate builds them "
-          f"({gate.prompt_cfg['k_demos']} demonstrations), {np.mean([len(p) for p in zero_shot]):.0f} zero-shot; "
+          f"({gate.prompt_settings.k_demos} demonstrations), {np.mean([len(p) for p in zero_shot]):.0f} zero-shot; "
           f"the prefix all {len(few_shot)} share: {len(os.path.commonprefix(few_shot))} tokens")
     for mode, size in modes:
         print(mode)

@@ -14,10 +14,11 @@ from benchmarks.backends import hf_plain
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.llm import capture
 from mice_exp.llm.backends import load_llm
+from mice_exp.llm.settings import LLMSettings
 from mice_exp.paths import paths_from
 
 cfg = as_plain(compose_config(["llm=llama3_1_8b_random", *sys.argv[2:]]))
-llm = load_llm(cfg["llm"], paths_from(cfg["paths"]).models)
+llm = load_llm(LLMSettings.from_config(cfg["llm"]), paths_from(cfg["paths"]).models)
 stage = json.loads(Path(sys.argv[1]).read_text())
 prompts, batches = stage["ids"], stage["batches"]
 plain = hf_plain(llm)

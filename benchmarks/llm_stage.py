@@ -37,6 +37,7 @@ from mice_exp.llm.headroom import peak_bytes
 from mice_exp.llm.memory import keep_freed_memory
 from mice_exp.llm.precision import native_bf16
 from mice_exp.llm.records import read_stage
+from mice_exp.llm.settings import LLMSettings, PromptSettings
 from mice_exp.paths import paths_from
 from mice_exp.pipeline import Pipeline
 
@@ -238,7 +239,7 @@ def main() -> None:
     cfg = as_plain(compose_config([f"llm={args.llm}", f"dataset.max_apis={args.apis}", "llm.dtype=float32"]))
     tmp = Path(tempfile.mkdtemp(prefix="llm_stage_"))
     models = paths_from(cfg["paths"]).models
-    load_llm(cfg["llm"], models)  # converts packaged weights once, before anything is timed
+    load_llm(LLMSettings.from_config(cfg["llm"]), models)  # converts packaged weights once, before anything is timed
     print("allocator: freed memory kept on the heap (mice_exp/llm/memory.py):", keep_freed_memory())
     phases, wall, out = run_stage(cfg, tmp / "fp32", models)
     llm, records = out["llm"], out["records"]
@@ -283,7 +284,8 @@ def plain_vs_capture(cfg: dict[str, Any], llm: Any, records: list[dict[str, Any]
     examples = {e.id: e for e in select_examples(cfg["dataset"], paths).examples}
     folder = next((tmp / "fp32" / "llm").iterdir())
     demos = read_json(folder / "demos.json")
-    llm_runner = runner.Runner.from_config(cfg["prompt"], cfg["llm"], llm.tokenizer)
+    settings = PromptSettings.from_config(cfg["prompt"]), LLMSettings.from_config(cfg["llm"])
+    llm_runner = runner.Runner.from_config(*settings, llm.tokenizer)
     prompts = llm_runner.prompts(examples, demos, examples)[0]
     by_id = {r["id"]: r for r in records}
     max_new = int(cfg["llm"]["max_new_tokens"])

@@ -20,6 +20,7 @@ import numpy as np
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.llm.model import load_tokenizer
 from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.settings import PromptSettings
 from mice_exp.paths import paths_from
 from mice_exp.pipeline import Pipeline
 
@@ -36,7 +37,7 @@ def main(overrides: list[str]) -> None:
     examples = {e.id: e for e in selection.examples}
     demos = stage.demos(Path(tempfile.mkdtemp()))  # the same for both: retrieval reads no format
     tokenizer = load_tokenizer(cfg["llm"]["source"], paths.models)
-    budget = int(cfg["llm"]["context_window"]) - int(cfg["llm"]["max_new_tokens"])
+    budget = stage.llm.prompt_budget
     k = int(cfg["prompt"]["k_demos"])
     print(f"{len(examples)} calls of {cfg['dataset']['name']} {cfg['dataset'].get('categories', '')}, "
           f"{cfg['llm']['display']}'s tokenizer, {budget}-token budget, prompt.demo_pool={cfg['prompt']['demo_pool']}")
@@ -44,7 +45,7 @@ def main(overrides: list[str]) -> None:
     for shots in (k, 0):
         means = {}
         for name in PROMPTS:
-            builder = PromptBuilder.from_config(cfgs[name]["prompt"], tokenizer)
+            builder = PromptBuilder.from_config(PromptSettings.from_config(cfgs[name]["prompt"]), tokenizer)
             built = [builder.build(e, [examples[d] for d in demos[i][:shots]], budget) for i, e in examples.items()]
             lengths = np.array([len(p.ids) for p in built])
             means[name] = lengths.mean()

@@ -20,6 +20,7 @@ import numpy as np
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.llm.backends import load_llm
 from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.settings import LLMSettings, PromptSettings
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.teacher import replay_states
 from mice_exp.llm.runner import shard_arrays
@@ -35,8 +36,8 @@ def main(llm_name: str, stage_folder: Path, n: int) -> None:
     captured = read_stage(stage_folder)
     assert captured.ids[:n] == stage.ids[:n], "the stage cache and the records file list other calls"
     _, examples, demos = Pipeline.from_config(cfg).stage.context(stage)
-    llm = load_llm(cfg["llm"], paths.models)
-    builder = PromptBuilder.from_config(cfg["prompt"], llm.tokenizer)
+    llm = load_llm(LLMSettings.from_config(cfg["llm"]), paths.models)
+    builder = PromptBuilder.from_config(PromptSettings.from_config(cfg["prompt"]), llm.tokenizer)
     start = time.perf_counter()
     states = [replay_states(llm, record_prompts(builder, examples, demos, r).original, r["token_ids"])
               for r in stage.records[:n]]

@@ -28,6 +28,7 @@ import numpy as np
 
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.llm.backends import load_llm
+from mice_exp.llm.settings import LLMSettings
 from mice_exp.llm.records import ARRAYS, read_stage
 from mice_exp.paths import PACKAGE_ROOT, paths_from
 
@@ -93,7 +94,8 @@ def main() -> None:
     print(f"load before: {command_line('uptime')}")
     overrides = [f"llm={args.llm}", f"dataset.max_apis={args.apis}"]
     models = paths_from({}).models
-    load_llm(as_plain(compose_config(overrides))["llm"], models)  # converts packaged weights once, before any timing
+    # converts packaged weights once, before any timing
+    load_llm(LLMSettings.from_config(as_plain(compose_config(overrides))["llm"]), models)
     tmp = Path(tempfile.mkdtemp(prefix="shards_"))
     per_worker = max(1, len(cores) // 2)
     one, one_out = timed_stage(overrides, tmp / "one", models, threads=len(cores))

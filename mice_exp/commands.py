@@ -177,8 +177,8 @@ def records(argv: Sequence[str]) -> None:
     pipeline = Pipeline.from_config(compose_config([a for a in argv if not a.startswith(("output=", "actor="))]))
     stage = pipeline.stage
     if actors and stage.records_path is not None:
-        raise UserError(f"actor={actors[-1]} with llm.records={stage.llm['records']}: judging teacher-forces the "
-                        f"actor's calls through llm={stage.llm['name']} itself, so llm.records would be ignored; "
+        raise UserError(f"actor={actors[-1]} with llm.records={stage.llm.records}: judging teacher-forces the "
+                        f"actor's calls through llm={stage.llm.name} itself, so llm.records would be ignored; "
                         "expected no llm.records (an LLM's records to judge go in actor=FILE)")
     if actors:  # the actors' calls judged by the configured LLM, each rendered canonically
         from mice_exp.llm.judge import publish_judged, resolve_actors  # loads numpy
@@ -188,13 +188,13 @@ def records(argv: Sequence[str]) -> None:
                                    Path.cwd())
         for path in publish_judged(stage, actor_set, folder, pipeline.sources):
             print(f"records: {path} ({path.stat().st_size / 1e6:.2f} MB); Table 1 on it with "
-                  f"llm={stage.llm['name']} llm.records={path}")
+                  f"llm={stage.llm.name} llm.records={path}")
         return
     # replacing the file it reads (llm.records=F output=F: adding sources) is what the command is for
     same = bool(outputs) and stage.records_path == resolve(outputs[0], Path.cwd())
     path = writable_file(outputs[0] if outputs else default_path(stage), Path.cwd(), "output",
                          force=pipeline.force or same)
-    if stage.llm.get("shard") is not None and stage.records_path is None:  # one worker of a sharded stage
+    if stage.llm.shard is not None and stage.records_path is None:  # one worker of a sharded stage
         note = stage.shard_note(stage.run())
         if note is not None:  # the worker that completes the stage publishes
             print(note)

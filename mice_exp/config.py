@@ -10,7 +10,7 @@ import math
 import re
 from functools import cache
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import yaml
 
@@ -19,6 +19,9 @@ from mice_exp.llm.precision import DTYPES
 from mice_exp.needs import Needs
 from mice_exp.paths import project_root
 
+if TYPE_CHECKING:  # annotations only
+    from mice_exp.llm.settings import LLMSettings
+
 STAGES = ("llm", "all")
 #: The top-level keys of conf/config.yaml and its groups: a key beyond them (``+tau=0.8``) is read by nothing.
 SETTINGS = ("dataset", "llm", "prompt", "features", "estimator", "risk", "protocol", "tracking", "sources", "gate",
@@ -26,9 +29,9 @@ SETTINGS = ("dataset", "llm", "prompt", "features", "estimator", "risk", "protoc
             "force", "actor", "actors")
 RISK_KEYS = ("name", "tp", "fp", "tn", "fn")
 #: The groups read as plain mappings (nothing builds them with ``_target_``, which would refuse an unknown key
-#: itself), and the nested nodes of ``sources``: a key none of their YAML files defines is read by nothing.
-PLAIN_GROUPS = ("dataset", "llm", "prompt", "tracking", "sources", "gate", "retrieval", "paths", "estimator", "actors",
-                *(f"sources.{name}" for name in ("p_true", "verbalized", "consistency", "acts")))
+#: itself): a key none of their YAML files defines is read by nothing. The nested nodes of ``sources`` too, the
+#: blocks of the sources table (:func:`source_blocks`).
+PLAIN_GROUPS = ("dataset", "llm", "prompt", "tracking", "sources", "gate", "retrieval", "paths", "estimator", "actors")
 DEVICE = re.compile(r"(cpu|auto|mps|cuda(:\d+)?)")
 
 
@@ -61,8 +64,8 @@ DEMO_POOLS = ("train", "all")  # data.DEMO_POOLS, for the same reason
 DEMO_POOL: Rule = (lambda v: v in DEMO_POOLS, f"one of {', '.join(DEMO_POOLS)}")
 CALL_FORMATS = ("react", "json", "tool_call")  # llm.toolcall.FORMATS, for the same reason
 CALL_FORMAT: Rule = (lambda v: v in CALL_FORMATS, f"one of {', '.join(CALL_FORMATS)}")
-TOOL_MODES = ("text", "schemas")  # llm.prompt.TOOL_MODES
-DEMO_TOOLS = ("pooled", "per_demo")  # llm.prompt.DEMO_TOOLS
+TOOL_MODES = ("text", "schemas")  # llm.settings.TOOL_MODES
+DEMO_TOOLS = ("pooled", "per_demo")  # llm.settings.DEMO_TOOLS
 DEMO_MIXES = ("similar", "balanced", "calling")  # data.retrieval.DEMO_MIXES
 TOOL_MODE: Rule = (lambda v: v in TOOL_MODES, f"one of {', '.join(TOOL_MODES)}")
 DEMO_TOOLS_RULE: Rule = (lambda v: v in DEMO_TOOLS, f"one of {', '.join(DEMO_TOOLS)}")
@@ -146,10 +149,19 @@ def group_keys(group: str) -> frozenset[str]:
     return frozenset(keys)
 
 
+def source_blocks() -> list[str]:
+    """The ``sources.<block>`` nodes the confidence sources read, from the sources table
+    (:data:`mice_exp.llm.sources.SOURCES`): a new source's block is checked as the others are."""
+    from mice_exp.llm.sources import SOURCES  # loads numpy, hydra: the value rules import no computation
+
+    return [f"sources.{block}" for block in dict.fromkeys(source.block for source in SOURCES.values())]
+
+
 def check_group_keys(cfg: Mapping[str, Any]) -> None:
-    """A key added inside a plain group (``+prompt.demo_pol=all``, a typo of ``prompt.demo_pool``) is refused
-    as a top-level one is: nothing would read it, and the run would go on with the default."""
-    for group in PLAIN_GROUPS:
+    """A key added inside a plain group (``+prompt.demo_pol=all``, a typo of ``prompt.demo_pool``) or a source's
+    block (``+sources.consistency.sampels=5``) is refused as a top-level one is: nothing would read it, and the run
+    would go on with the default."""
+    for group in (*PLAIN_GROUPS, *source_blocks()):
         present, node = _lookup(cfg, group)
         if not present or not isinstance(node, Mapping):
             continue
@@ -175,17 +187,17 @@ def check_risk(risk: Mapping[str, Any]) -> None:
                         f"expected only risk.{', risk.'.join(RISK_KEYS)}")
 
 
-def check_llm(llm: Mapping[str, Any]) -> None:
+def check_llm(llm: LLMSettings) -> None:
     """The relations between ``conf/llm`` values: room for a prompt, a worker among the workers."""
-    expect(llm["context_window"] > llm["max_new_tokens"],
-           f"llm.context_window={llm['context_window']} leaves no room for a prompt after "
-           f"llm.max_new_tokens={llm['max_new_tokens']}; expected context_window > max_new_tokens")
-    shard, shards = llm.get("shard"), llm.get("shards", 1)
+    expect(llm.prompt_budget > 0,
+           f"llm.context_window={llm.context_window} leaves no room for a prompt after "
+           f"llm.max_new_tokens={llm.max_new_tokens}; expected context_window > max_new_tokens")
+    shard, shards = llm.shard, llm.shards
     expect(shard is None or 0 <= shard < shards,
            f"llm.shard={shard} is not one of the llm.shards={shards} workers; expected 0 <= llm.shard < {shards} "
            "(or null: every worker)")
-    expect(not llm.get("records") or (shard is None and shards == 1),
-           f"llm.records={llm.get('records')} is a finished LLM stage that nothing generates, so llm.shards={shards} "
+    expect(not llm.records or (shard is None and shards == 1),
+           f"llm.records={llm.records} is a finished LLM stage that nothing generates, so llm.shards={shards} "
            f"llm.shard={shard} has no batches to share; expected llm.records without llm.shards / llm.shard, or "
            "llm.shards / llm.shard without llm.records (to generate the stage)")
 
@@ -266,6 +278,7 @@ def settle_sources(use: Sequence[str] | None, readers: Sequence[tuple[str, Needs
 def check_config(cfg: dict[str, Any]) -> None:
     """Reject invalid values before anything is built (each check raises a one-line UserError); what the built
     objects must provide each other (needs, internals, gate trust) :meth:`mice_exp.pipeline.Pipeline.check` checks."""
+    from mice_exp.llm.settings import LLMSettings  # loads numpy
     from mice_exp.tracking.store import is_enabled, tracking_uri  # loads numpy
 
     for key in sorted(set(cfg) - set(SETTINGS)):
@@ -276,8 +289,9 @@ def check_config(cfg: dict[str, Any]) -> None:
     check_group_keys(cfg)
     check_values(cfg)
     check_risk(cfg["risk"])
-    check_llm(cfg["llm"])
-    check_model_folder(cfg["llm"]["source"])
+    llm = LLMSettings.from_config(cfg["llm"])
+    check_llm(llm)
+    check_model_folder(llm.source)
     check_baseline_values(cfg)
     check_source_names(cfg["sources"]["use"])
     check_run_shape(cfg["dataset"], cfg["protocol"], cfg.get("stage", "all"))
@@ -285,7 +299,7 @@ def check_config(cfg: dict[str, Any]) -> None:
         tracking_uri(cfg["tracking"], Path(cfg["paths"].get("root") or "."))
 
 
-def check_data(selection: Any, split: Mapping[str, Any], tools: str, protocol: str, estimates: bool) -> None:
+def check_data(selection: Any, split: Mapping[str, Any], schemas: bool, protocol: str, estimates: bool) -> None:
     """What only the data can tell, before the LLM stage: a ``selection`` (:class:`~mice_exp.data.Selection`)
     without training calls under ``dataset.split`` when the run ``estimates``, a single API under
     ``protocol`` loao, tools that cannot be JSON schemas under ``prompt.tools`` schemas.
@@ -296,7 +310,7 @@ def check_data(selection: Any, split: Mapping[str, Any], tools: str, protocol: s
         expect("train" in selection.splits.values(),
                f"dataset.split={dict(split)} gives no training calls among the {len(selection.examples)} examples; "
                "the estimators need training calls")
-    if tools == "schemas":
+    if schemas:
         for example in selection.examples:  # a tool that is no schema: one line now, not after the LLM loads
             _ = example.schemas
     apis = sorted({e.api for e in selection.examples})

@@ -19,6 +19,7 @@ from hydra.utils import instantiate
 from joblib import Parallel, delayed
 
 from mice_exp.errors import UserError
+from mice_exp.llm.settings import LLMSettings
 from mice_exp.metrics import ALPHA, PAPER_RISKS, Risk, etcu, evaluate, permutation_test
 from mice_exp.metrics.registry import METRICS, TABLE1, metric, table_metrics
 from mice_exp.needs import RAW, Needs
@@ -124,8 +125,8 @@ class Study:
                    risks=risks_from(cfg["risk"]), risk=str(cfg["risk"]["name"]), named=own,
                    diagnostics=cfg["estimator"].get("diagnostics") or {},
                    permutations=int(cfg["permutations"]), seed=int(cfg["seed"]),
-                   n_jobs=int(cfg.get("n_jobs", 1)), llm=cfg["llm"]["display"], dataset=cfg["dataset"]["name"],
-                   features=cfg["features"]["name"])
+                   n_jobs=int(cfg.get("n_jobs", 1)), llm=LLMSettings.from_config(cfg["llm"]).display,
+                   dataset=cfg["dataset"]["name"], features=cfg["features"]["name"])
 
     def candidate(self, key: str, where: str) -> Candidate:
         """The unfitted estimator of ``baselines.<key>`` (``where``: the setting that names it): the one built with

@@ -77,7 +77,7 @@ def log_stage(pipeline: Pipeline, output: StageOutput, tracker: Any) -> dict[str
     tracker.log_metrics({"llm_accuracy": info["accuracy"], "llm_examples": info["examples"],
                          "prompts_with_dropped_demos": info["prompts_with_dropped_demos"]})
     return {"llm_accuracy": info["accuracy"], "llm_examples": info["examples"],
-            "llm_cache": str(output.folder or pipeline.stage.llm["records"])}
+            "llm_cache": str(output.folder or pipeline.stage.llm.records)}
 
 
 def log_outcome(pipeline: Pipeline, output: StageOutput, fs: FeatureSet, outcome: Outcome,
@@ -85,7 +85,7 @@ def log_outcome(pipeline: Pipeline, output: StageOutput, fs: FeatureSet, outcome
     """Print the protocol's text and log its metrics, tables and figures; with Table-1 rows, everything
     :func:`log_rows` logs (``objective``: the run's estimator's AUC-ETCU)."""
     print("\n" + outcome.text)
-    if (note := small_test_note(int(fs.rows("test").sum()), pipeline.stage.llm["name"], pipeline.paths.root)):
+    if (note := small_test_note(int(fs.rows("test").sum()), pipeline.stage.llm.name, pipeline.paths.root)):
         print(note)
     for name, frame in outcome.tables.items():
         tracker.log_table(frame, name)

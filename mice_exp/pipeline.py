@@ -10,7 +10,7 @@ commands build a pipeline, and nothing below them reads the config.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
@@ -21,12 +21,11 @@ from mice_exp.data import Example, Selection, demo_pool, make_dataset
 from mice_exp.discover import class_path
 from mice_exp.errors import UserError
 from mice_exp.llm.backends import backend_of, check_backend
-from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.records import ARRAYS, Record, StageOutput
 from mice_exp.llm.replay import replay_activations
 from mice_exp.llm.sources import SOURCES, stage_sources
+from mice_exp.llm.settings import LLMSettings, PromptSettings, RetrievalSettings
 from mice_exp.llm.stage import LLMStage
-from mice_exp.llm.toolcall import call_format
 from mice_exp.needs import RAW
 from mice_exp.paths import Paths, paths_from
 from mice_exp.tracking import hydra_tags, schema, tracked_run
@@ -86,14 +85,15 @@ class Pipeline:
 
         named = [*cfg["compare_with"], *(cfg["protocol"].get("estimators") or [])]
         baselines = cfg.get("baselines") or {}
-        llm_cfg = cfg["llm"]
-        if not llm_cfg.get("records"):  # the dtype auto picks, in the params, the config hash and the gate
-            llm_cfg = {**llm_cfg, "dtype": resolve_dtype(llm_cfg["dtype"], llm_cfg["device"])}
+        settings = LLMSettings.from_config(cfg["llm"])
+        if not settings.records:  # the dtype auto picks, in the params, the config hash and the gate
+            settings = settings.pinned()
         used = [k for k in used_baselines(cfg["estimator"], baselines, named) if k in baselines]
-        cfg = {**cfg, "llm": llm_cfg, "baselines": {k: baselines[k] for k in used}}  # the caller's is left as it was
+        cfg = {**cfg, "llm": settings.as_dict(), "baselines": {k: baselines[k] for k in used}}  # the caller's unchanged
         paths = paths or paths_from(cfg["paths"])
-        stage = LLMStage(make_dataset(cfg["dataset"]), cfg["prompt"], cfg["llm"], cfg["retrieval"], paths,
-                         backend_of(cfg["llm"], paths.models, llm))
+        stage = LLMStage(make_dataset(cfg["dataset"]), PromptSettings.from_config(cfg["prompt"]), settings,
+                         RetrievalSettings.from_config(cfg["retrieval"]), paths,
+                         backend_of(settings, paths.models, llm))
         protocol = make_protocol(cfg["protocol"])
         pipeline = cls(config=cfg, paths=paths, stage=stage, sources=cfg["sources"], feature_settings=cfg["features"],
                        view=make_view(cfg["features"], paths.features, int(cfg["seed"])), protocol=protocol,
@@ -101,28 +101,27 @@ class Pipeline:
                        gate=cfg.get("gate") or {},
                        estimates=cfg.get("stage", "all") == "all", force=bool(cfg.get("force")),
                        actor=cfg.get("actor"))
-        pipeline.check()
-        return pipeline
+        sources = {**pipeline.sources, "use": pipeline.check()}  # settled: what the run computes, logs and hashes
+        return replace(pipeline, sources=sources, config={**cfg, "sources": sources})
 
     def candidates(self) -> list[Candidate]:
         """Every estimator the run fits: its own, the reference rows and the protocol's (sample efficiency)."""
         return [self.study.main, *self.study.references, *self.study.named.values()]
 
-    def check(self) -> None:
+    def check(self) -> list[str]:
         """The built objects checked against each other before anything loads or runs (one line each): what the
-        view and every estimator read is provided (:func:`check_needs`; ``sources.use`` settled), the backend gives
-        the internals and the sources they read (:meth:`~mice_exp.llm.backends.Backend.refuse`), and the gate this
-        run saves will trust the view's and the estimator's classes."""
+        view and every estimator read is provided (:func:`check_needs`), the backend gives the internals and the
+        sources they read (:meth:`~mice_exp.llm.backends.Backend.refuse`), and the gate this run saves will trust
+        the view's and the estimator's classes. Returns ``sources.use`` settled (null: what they read)."""
         self.view.validate()
         use = check_needs(self.sources["use"], self.feature_settings["name"], self.view, self.candidates())
-        self.sources = {**self.sources, "use": use}  # settled: what the run computes, logs and hashes
-        self.config["sources"] = self.sources
-        records = bool(self.stage.llm.get("records"))  # nothing generates: the backend need not be installed
+        records = bool(self.stage.llm.records)  # nothing generates: the backend need not be installed
         check_backend(self.stage.llm, generates=not records)
         self.stage.backend.refuse(self.view, [(c.key, c.estimator) for c in self.candidates()], use,
                                   {name: source.needs for name, source in SOURCES.items()}, records)
         if self.saves_gate():
             self.check_trusted()
+        return use
 
     def saves_gate(self) -> bool:
         """Whether a run of this pipeline saves a gate: ``gate.save``, one fitted model (holdout) and inputs a gate
@@ -167,8 +166,7 @@ class Pipeline:
     def check_data(self) -> Selection:
         """The run's examples, checked for what only the data can tell (:func:`mice_exp.config.check_data`)."""
         selection = self.stage.selection
-        check_data(selection, self.stage.dataset.split, self.stage.prompt.get("tools", "text"), self.protocol.name,
-                   self.estimates)
+        check_data(selection, self.stage.dataset.split, self.stage.prompt.schemas, self.protocol.name, self.estimates)
         if self.estimates:  # what the view and protocol need of the training calls, each saying it
             n_train = sum(split == "train" for split in selection.splits.values())
             self.view.check_training_calls(n_train)
@@ -179,18 +177,19 @@ class Pipeline:
         """What the data set and a records file (``llm.records``, read here once) can refuse, so that its one
         line comes before the run's MLflow run opens and no empty run is left."""
         self.check_data()
+        llm = self.stage.llm
         if self.actor is not None and self.stage.records_path is None:
-            raise UserError(f"actor={self.actor}: a run reads an actor's calls judged by llm={self.stage.llm['name']} "
+            raise UserError(f"actor={self.actor}: a run reads an actor's calls judged by llm={llm.name} "
                             f"from a records file; expected llm.records=experiments/records/actors/"
-                            f"{self.stage.dataset.name}-{self.actor}-judged-by-{self.stage.llm['name']}.jsonl.gz "
-                            f"(written by `mice-exp records llm={self.stage.llm['name']} actor={self.actor}`)")
+                            f"{self.stage.dataset.name}-{self.actor}-judged-by-{llm.name}.jsonl.gz "
+                            f"(written by `mice-exp records llm={llm.name} actor={self.actor}`)")
         if self.stage.records_path is not None:
             self.read = self.stage.output(self.view.record_fields)
             wrote = self.read.info.get("actor")
             if self.actor is not None and wrote != self.actor:
-                raise UserError(f"actor={self.actor}, but llm.records={self.stage.llm['records']} holds "
-                                f"{'the calls of ' + wrote if wrote else self.stage.llm['name'] + ' own calls'}; "
-                                f"expected the records of actor={self.actor} judged by llm={self.stage.llm['name']}")
+                raise UserError(f"actor={self.actor}, but llm.records={llm.records} holds "
+                                f"{'the calls of ' + wrote if wrote else llm.name + ' own calls'}; "
+                                f"expected the records of actor={self.actor} judged by llm={llm.name}")
             if self.estimates:
                 self.confidence_sources(self.read)  # sources.use the file does not hold
 
@@ -219,7 +218,7 @@ class Pipeline:
         if output.folder is None:
             missing = [n for n in names if n not in output.sources]
             if missing:
-                raise UserError(f"sources.use={names}: the records file {self.stage.llm['records']} holds "
+                raise UserError(f"sources.use={names}: the records file {self.stage.llm.records} holds "
                                 f"{sorted(output.sources) or 'no sources'}, not {missing}; expected sources it holds "
                                 "(compute them with `mice-exp records llm.records=FILE sources.use=[...]`)")
             return {n: np.array([np.nan if v is None else v for v in output.sources[n]], dtype=np.float64)
@@ -249,7 +248,7 @@ class Pipeline:
         from mice_exp.features.arguments import argument_metrics  # loads sklearn
 
         examples = {e.id: e for e in self.stage.selection.examples}
-        return argument_metrics([r for r in records if r["split"] == split], examples, call_format(self.stage.prompt))
+        return argument_metrics([r for r in records if r["split"] == split], examples, self.stage.prompt.fmt)
 
     def argument_rule(self, records: list[Record]) -> dict[str, Any]:
         """What a gate fitted on ``records`` asks the user about: the rule that localises a wrong argument best on
@@ -260,7 +259,7 @@ class Pipeline:
 
     def demo_pool(self) -> list[Example]:
         """The pool the LLM stage retrieved demonstrations from (``prompt.demo_pool``): what a gate keeps."""
-        return demo_pool(self.stage.selection, self.stage.prompt.get("demo_pool", "all"))
+        return demo_pool(self.stage.selection, self.stage.prompt.demo_pool)
 
     # -- the tracker
     def tags(self) -> dict[str, str]:

@@ -43,7 +43,7 @@ def run_shard(pipeline: Pipeline) -> dict[str, Any]:
     """``llm.shard=i``: worker i's batches of the LLM stage and nothing else (no estimation, no MLflow run),
     as a Slurm array task or a sweep job over ``llm.shard`` runs it; the stage is whole once every worker has."""
     out = pipeline.stage.run()
-    print(pipeline.stage.shard_note(out) or f"llm.shard={pipeline.stage.llm['shard']}: the LLM stage is complete "
+    print(pipeline.stage.shard_note(out) or f"llm.shard={pipeline.stage.llm.shard}: the LLM stage is complete "
                                             f"in {out}; runs without llm.shard read it")
     return {"llm_cache": str(out), "complete": (out / "done.json").exists()}
 
@@ -52,7 +52,7 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
     """Run the configured pipeline and return its metrics (``objective``: the estimator's AUC-ETCU)."""
     pipeline = Pipeline.from_config(cfg)
     check_cache(pipeline.paths.cache)
-    if pipeline.stage.llm.get("shard") is not None:
+    if pipeline.stage.llm.shard is not None:
         return run_shard(pipeline)
     tags = pipeline.tags()
     skips = schema.SWEEP_TAG in tags and not pipeline.force  # only sweep jobs skip; a single run always runs

@@ -105,6 +105,13 @@ def llm_conf(name: str) -> dict:
     return OmegaConf.to_container(OmegaConf.load(CONF / "llm" / f"{name}.yaml"), resolve=True)
 
 
+def prompt_key(prompt: dict) -> dict:
+    """The prompt settings a stage key hashes, of a ``prompt`` node (:meth:`PromptSettings.key`)."""
+    from mice_exp.llm.settings import PromptSettings
+
+    return PromptSettings.from_config(prompt).key()
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """SmolLM2's tokenizer (the one tiny_random borrows)."""
@@ -120,8 +127,9 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def tiny_llm():
     from mice_exp.llm.backends import load_llm
+    from mice_exp.llm.settings import LLMSettings
 
-    return load_llm(llm_conf("tiny_random"), MODELS_CACHE)
+    return load_llm(LLMSettings.from_config(llm_conf("tiny_random")), MODELS_CACHE)
 
 
 def tiny_run(tmp_path: Path, *overrides: str) -> tuple[dict, list[dict]]:

@@ -319,3 +319,51 @@ def test_few_functions_read_the_whole_config():
     done = subprocess.run([sys.executable, "benchmarks/config_reads.py", "--at-most", "6"], capture_output=True,
                           text=True, cwd=PACKAGE.parent)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+#: The config groups read through their frozen settings (:mod:`mice_exp.llm.settings`), under the names they travel by:
+#: ``llm``, ``stage.prompt``, ``llm_cfg``, ``gate.prompt_settings`` or ``cfg["retrieval"]``.
+SETTINGS_GROUP = re.compile(r"(llm|prompt|retrieval)(_cfg|_settings)?")
+SETTINGS_MODULE = PACKAGE / "llm" / "settings.py"
+
+
+def holds_a_group(node: ast.AST) -> bool:
+    """Whether an expression names one of the groups: a name or attribute of :data:`SETTINGS_GROUP`, or a subscript
+    with one as a string (``cfg["llm"]``, ``spec["prompt"]``)."""
+    if isinstance(node, ast.Subscript):
+        name = node.slice.value if isinstance(node.slice, ast.Constant) else None
+    else:
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return isinstance(name, str) and SETTINGS_GROUP.fullmatch(name) is not None
+
+
+def literal_key_reads(tree: ast.AST) -> list[ast.AST]:
+    """The reads of a group's key by its literal name: ``group["key"]`` or ``group.get("key", ...)``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            key, group = node.slice, node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            key, group = (node.args or [None])[0], node.func.value
+        else:
+            continue
+        if isinstance(key, ast.Constant) and isinstance(key.value, str) and holds_a_group(group):
+            found.append(node)
+    return found
+
+
+def test_a_literal_key_read_of_a_group_is_found():
+    tree = ast.parse('a = llm["batch_size"]\nb = stage.prompt.get("tools", "text")\nc = cfg["llm"]["name"]\n'
+                     'd = self.llm_cfg["device"]\nok = llm.batch_size, prompts["x"], prompt[-1], cfg["llm"]\n')
+    assert [ast.unparse(node) for node in literal_key_reads(tree)] == [
+        "llm['batch_size']", "stage.prompt.get('tools', 'text')", "cfg['llm']['name']", "self.llm_cfg['device']"]
+
+
+def test_the_llm_prompt_and_retrieval_groups_are_read_through_their_settings():
+    """Each group is one frozen object with its defaults and derived values (the prompt budget, schema tools, the
+    cache key's parts): a key read by its name anywhere else would bring back a second default or a second
+    derivation."""
+    found = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {ast.unparse(node)}"
+             for path in sorted(PACKAGE.rglob("*.py")) if path != SETTINGS_MODULE
+             for node in literal_key_reads(parsed(path))]
+    assert not found, "config groups read by key outside mice_exp/llm/settings.py:\n" + "\n".join(found)

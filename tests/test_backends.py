@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mice_exp.data import make_dataset
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_batch
 from mice_exp.llm.records import read_stage
+from mice_exp.llm.settings import LLMSettings, PromptSettings
 from mice_exp.llm.stage import LLMStage
 from mice_exp.paths import PACKAGE_ROOT
 from mice_exp.pipeline import Pipeline
@@ -29,7 +29,7 @@ ONE_HEAD = {"llm.source.architecture.num_attention_heads": "1", "llm.source.arch
 def one_head_llm():
     from mice_exp.llm.backends import load_llm
 
-    return load_llm(tiny_cfg(**ONE_HEAD)["llm"], MODELS_CACHE)
+    return load_llm(LLMSettings.from_config(tiny_cfg(**ONE_HEAD)["llm"]), MODELS_CACHE)
 
 
 def stage_records(cfg: dict, tmp: Path, llm=None) -> list[dict]:
@@ -46,7 +46,7 @@ def test_hf_is_the_capture_itself(tmp_path, tiny_llm):
     folder = next((tmp_path / "llm").iterdir())
     examples = {e.id: e for e in stage_of(cfg, paths_in(tmp_path)).selection.examples}
     demos = read_json(folder / "demos.json")
-    builder = PromptBuilder.from_config(cfg["prompt"], tiny_llm.tokenizer)
+    builder = PromptBuilder.from_config(PromptSettings.from_config(cfg["prompt"]), tiny_llm.tokenizer)
     for r in records[:2]:
         prompt = builder.build(examples[r["id"]], [examples[d] for d in demos[r["id"]]], 8192)
         (alone,) = generate_batch(tiny_llm, [prompt.ids], 6, builder.fmt)
@@ -55,7 +55,7 @@ def test_hf_is_the_capture_itself(tmp_path, tiny_llm):
 
 def test_the_hf_key_is_the_key_every_cache_was_made_with(tmp_path):
     def key(cfg: dict) -> dict:  # the stage itself: a vllm config is refused where vllm is not installed
-        return LLMStage(make_dataset(cfg["dataset"]), cfg["prompt"], cfg["llm"], cfg["retrieval"], paths_in(tmp_path)).key("cpu")
+        return LLMStage.from_settings(cfg, paths_in(tmp_path)).key("cpu")
 
     assert "backend" not in key(tiny_cfg())["llm"]
     assert key(tiny_cfg(**{"llm.backend": "vllm"}))["llm"]["backend"] == "vllm"
@@ -101,7 +101,7 @@ def test_openai_needs_an_address_and_a_model(tmp_path):
     with pytest.raises(UserError, match=r"llm.backend=openai needs llm.base_url .* and llm.model"):
         Pipeline.from_config(tiny_cfg(**{"llm.backend": "openai", "features": "conf_only"}))
     with pytest.raises(UserError, match=r"llm.backend=openai needs llm.base_url .* and llm.model"):
-        load_llm(tiny_cfg(**{"llm.backend": "openai"})["llm"], MODELS_CACHE)
+        load_llm(LLMSettings.from_config(tiny_cfg(**{"llm.backend": "openai"})["llm"]), MODELS_CACHE)
 
 
 # -- a real server -------------------------------------------------------------------------------------------
@@ -115,7 +115,7 @@ def server():
     from mice_exp.llm.local_server import vllm_server
     from mice_exp.llm.model import model_folder
 
-    folder = model_folder(tiny_cfg(**ONE_HEAD)["llm"], MODELS_CACHE)
+    folder = model_folder(LLMSettings.from_config(tiny_cfg(**ONE_HEAD)["llm"]), MODELS_CACHE)
     with vllm_server(folder, "tiny", 8192, python=str(VLLM_PYTHON)) as (url, _):
         yield url
 

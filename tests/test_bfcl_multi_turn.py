@@ -15,6 +15,7 @@ from mice_exp.data.bfcl_multi_turn import checker_agreement
 from mice_exp.data.labels import call_expected, gold_api, is_correct
 from mice_exp.errors import UserError
 from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.settings import PromptSettings
 from mice_exp.paths import PACKAGE_ROOT, Paths
 from mice_exp.tracking.schema import trajectory_key
 
@@ -66,7 +67,7 @@ def test_the_prompt_shows_the_history_in_the_reply_format(tmp_path, tokenizer):
     _, selection = steps(tmp_path)
     step = next(e for e in selection.examples if e.id.endswith("/0/1/0"))
     cfg = as_plain(compose_config(["llm=tiny_random"]))["prompt"]
-    messages = PromptBuilder.from_config(cfg, tokenizer).messages(step, [])
+    messages = PromptBuilder.from_config(PromptSettings.from_config(cfg), tokenizer).messages(step, [])
     # turn 0's query, then each of its three calls with its result (in a user turn), then turn 1's query
     assert [m["role"] for m in messages] == ["system"] + ["user", "assistant"] * 3 + ["user"]
     assert messages[2]["content"].startswith("Action: cd\nAction Input: ") and messages[3]["content"].startswith(

@@ -22,9 +22,10 @@ from mice_exp.data.splits import assign_splits
 from mice_exp.errors import UserError
 from mice_exp.features.arguments import argument_metrics
 from mice_exp.llm.prompt import PromptBuilder, load_template, system_prompt
-from mice_exp.llm.stage import prompt_key
+from mice_exp.llm.settings import PromptSettings
 from mice_exp.llm.toolcall import parse_call
 from mice_exp.paths import PACKAGE_ROOT, Paths
+from tests.conftest import prompt_key
 
 BFCL_NOTE = "If none of the functions can be used, point it out."
 RELEVANCE = list(RELEVANCE_CATEGORIES)
@@ -190,31 +191,33 @@ def test_bfcl_relevance_is_zero_shot_so_the_prompt_shows_only_the_entry_s_own_fu
     demos = stage.demos(tmp_path)  # no encoder loaded, nothing retrieved
     assert demos == {e.id: [] for e in selection.examples}
     example = selection.examples[0]
-    head = PromptBuilder.from_config(cfg["prompt"], tokenizer).messages(example, [])
+    head = PromptBuilder.from_config(PromptSettings.from_config(cfg["prompt"]), tokenizer).messages(example, [])
     assert len(head) == 2 and example.tools in head[0]["content"] and BFCL_NOTE in head[0]["content"]
 
 
 def test_the_note_follows_the_system_text_when_set_and_changes_nothing_when_null(relevance, tokenizer):
     cfg = prompt_cfg()
     system = load_template(cfg["system"]).strip()
-    assert system_prompt(cfg) == system == system_prompt({k: v for k, v in cfg.items() if k != "no_call_note"})
-    assert system_prompt(cfg | {"no_call_note": BFCL_NOTE}) == f"{system} {BFCL_NOTE}"
-    noted = PromptBuilder.from_config(cfg | {"no_call_note": BFCL_NOTE}, tokenizer)
+    without = {k: v for k, v in cfg.items() if k != "no_call_note"}
+    assert system_prompt(PromptSettings.from_config(cfg)) == system == system_prompt(PromptSettings.from_config(without))
+    assert system_prompt(PromptSettings.from_config(cfg | {"no_call_note": BFCL_NOTE})) == f"{system} {BFCL_NOTE}"
+    noted = PromptBuilder.from_config(PromptSettings.from_config(cfg | {"no_call_note": BFCL_NOTE}), tokenizer)
     query, demos = relevance[1], relevance[2:4]
     chat = noted.messages(query, demos)
     assert chat[0]["content"].startswith(f"{system} {BFCL_NOTE}\n\nYour task is")
     assert chat[2]["content"] == NO_CALL_DEMO  # a demonstration turn: the reply with no call
     assert noted.text(query, demos).startswith(f"{system} {BFCL_NOTE}\n\n")
-    assert BFCL_NOTE not in PromptBuilder.from_config(cfg, tokenizer).text(query, demos)
+    assert BFCL_NOTE not in PromptBuilder.from_config(PromptSettings.from_config(cfg), tokenizer).text(query, demos)
 
 
 def test_a_null_note_builds_the_same_tokens_and_key_as_before_the_note_existed(relevance, tokenizer):
     cfg = prompt_cfg()
     before = {k: v for k, v in cfg.items() if k != "no_call_note"}
     query, demos = relevance[0], relevance[1:3]
-    ids = PromptBuilder.from_config(cfg, tokenizer).build(query, demos, 8000).ids
-    assert ids == PromptBuilder.from_config(before, tokenizer).build(query, demos, 8000).ids
-    noted = PromptBuilder.from_config(cfg | {"no_call_note": BFCL_NOTE}, tokenizer).build(query, demos, 8000).ids
+    ids = PromptBuilder.from_config(PromptSettings.from_config(cfg), tokenizer).build(query, demos, 8000).ids
+    assert ids == PromptBuilder.from_config(PromptSettings.from_config(before), tokenizer).build(query, demos, 8000).ids
+    noted = PromptBuilder.from_config(PromptSettings.from_config(cfg | {"no_call_note": BFCL_NOTE}),
+                                      tokenizer).build(query, demos, 8000).ids
     assert len(noted) > len(ids) and tokenizer.decode(noted).count(BFCL_NOTE) == 1
     assert prompt_key(cfg) == prompt_key(before) and "no_call_note" not in prompt_key(cfg)
     assert prompt_key(cfg | {"no_call_note": BFCL_NOTE})["no_call_note"] == BFCL_NOTE

@@ -11,6 +11,7 @@ import pytest
 from mice_exp.compose import as_plain, compose_config
 from mice_exp.gate.chat import InvalidRequest, chat_example
 from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.settings import PromptSettings
 
 ADD_DATE = {"type": "function", "function": {"name": "add_date", "description": "Add days to a date.", "parameters": {
     "type": "object", "properties": {"date": {"type": "string"}, "days": {"type": "integer"}},
@@ -26,7 +27,7 @@ AGENT_LOOP = [{"role": "system", "content": "Dates are ISO 8601. Answer tersely.
 
 
 def builder(tokenizer, prompt: str) -> PromptBuilder:
-    return PromptBuilder.from_config(as_plain(compose_config([f"prompt={prompt}"]))["prompt"], tokenizer)
+    return PromptBuilder.from_config(PromptSettings.from_config(as_plain(compose_config([f"prompt={prompt}"]))["prompt"]), tokenizer)
 
 
 def rendered(tokenizer, prompt: str, messages: list[dict], tools: list[dict] | None = None) -> str:

@@ -49,12 +49,12 @@ def test_the_choices_a_config_is_checked_against_are_the_ones_the_code_accepts()
     a choice added to the code and not to its copy would be refused before the run."""
     from mice_exp import config, data
     from mice_exp.data import retrieval, splits
-    from mice_exp.llm import prompt, toolcall
+    from mice_exp.llm import settings, toolcall
 
     assert config.SPLIT_NAMES == splits.SPLIT_NAMES
     assert config.DEMO_POOLS == data.DEMO_POOLS
     assert config.DEMO_MIXES == retrieval.DEMO_MIXES
-    assert config.TOOL_MODES == prompt.TOOL_MODES and config.DEMO_TOOLS == prompt.DEMO_TOOLS
+    assert config.TOOL_MODES == settings.TOOL_MODES and config.DEMO_TOOLS == settings.DEMO_TOOLS
     assert set(config.CALL_FORMATS) == set(toolcall.FORMATS)
 
 

@@ -14,6 +14,7 @@ from mice_exp.compose import as_plain, compose_config
 from mice_exp.data import demo_pool
 from mice_exp.errors import UserError
 from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.settings import PromptSettings
 from mice_exp.llm.records import read_records_file, read_records_header
 from mice_exp.llm.sources import near_orders
 from mice_exp.paths import PACKAGE_ROOT, Paths
@@ -32,7 +33,7 @@ def shown_evaluation_calls(cfg: dict, selection, demos: dict[str, list[str]], to
     """Validation and test calls whose query appears in a demonstration turn of some prompt."""
     by_id = {e.id: e for e in selection.examples}
     evaluation = {e.query: e.id for e in selection.examples if selection.splits[e.id] != "train"}
-    builder = PromptBuilder.from_config(cfg["prompt"], tokenizer)
+    builder = PromptBuilder.from_config(PromptSettings.from_config(cfg["prompt"]), tokenizer)
     shown = set()
     for example in selection.examples:
         messages = builder.messages(example, [by_id[d] for d in demos[example.id]])
@@ -78,7 +79,7 @@ def test_the_all_pool_rebuilds_the_published_pool_all_prompts(demos_by_pool, tok
     by_id = {e.id: e for e in selection.examples}
     budget = cfg["llm"]["context_window"] - cfg["llm"]["max_new_tokens"]
     records = read_records_file(POOL_ALL).records
-    builder = PromptBuilder.from_config(cfg["prompt"], tokenizer)
+    builder = PromptBuilder.from_config(PromptSettings.from_config(cfg["prompt"]), tokenizer)
 
     def first_matching_order(record: dict) -> int | None:
         orders = near_orders([by_id[d] for d in demos[record["id"]]])

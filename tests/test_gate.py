@@ -185,9 +185,9 @@ def test_the_commands_run_a_gate_on_the_engine_they_are_told(fitted):
     """``mice-exp serve model=GATE llm.backend=vllm``: what runs the LLM is not the gate's identity either."""
     from mice_exp.gate.command import load_gate
 
-    assert Gate.load(fitted[0]).llm_cfg["backend"] == "hf"
+    assert Gate.load(fitted[0]).llm_settings.backend == "hf"
     on_engine = load_gate({"model": str(fitted[0])}, ["llm.backend=vllm"], tiny_cfg("llm.backend=vllm"))
-    assert on_engine.llm_cfg["backend"] == "vllm"
+    assert on_engine.llm_settings.backend == "vllm"
 
 
 def test_the_command_refuses_a_mismatch_in_one_line(fitted, monkeypatch, capsys):
@@ -277,7 +277,7 @@ def test_a_gate_fitted_on_a_gpu_serves_on_a_cpu_where_it_is_told_to(fitted, tiny
                                             r"retrieval.device=cpu or auto$"):
             Gate.load(folders["cuda"], llm=tiny_llm).decide(items, places)
     moved = Gate.load(folders["cuda"], llm=tiny_llm, device="cpu")
-    assert moved.view.encoder["device"] == moved.retrieval["device"] == "cpu"
+    assert moved.view.encoder["device"] == moved.retrieval_settings.device == "cpu"
     on_cpu = hexes(Gate.load(folders["cpu"], llm=tiny_llm).decide(items, places))
     assert hexes(moved.decide(items, places)) == on_cpu
     spec = json.loads((folders["cuda"] / "gate.json").read_text())  # as saved before gates kept their view: its

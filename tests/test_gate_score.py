@@ -35,8 +35,8 @@ class Steer(LogitsProcessor):
 
 @pytest.fixture
 def gate(fitted, tiny_llm):
-    gate = Gate.load(fitted[0], llm=tiny_llm)
-    gate.llm_cfg["max_new_tokens"] = 32  # room for a whole call (the fixture's gate generates 6 tokens)
+    # room for a whole call (the fixture's gate generates 6 tokens)
+    gate = Gate.load(fitted[0], llm=tiny_llm, engine={"max_new_tokens": 32})
     fs = fitted[2]  # a softer estimator than the fixture's (C=1e6 says 0 or 1): a probability that features move
     gate.estimator = MiceLogisticRegression(C=0.05).fit(fs.X, np.array([1, 1, 0, 0, 1, 1]))
     return gate

@@ -24,12 +24,12 @@ from mice_exp.data.ste import SHARED_RELATIVE_PATH, load_ste
 from mice_exp.errors import UserError
 from mice_exp.llm.generation import truncate
 from mice_exp.llm.prompt import PromptBuilder, renders_tools
+from mice_exp.llm.settings import PromptSettings
 from mice_exp.llm.records import read_records_file, read_stage
-from mice_exp.llm.stage import prompt_key
 from mice_exp.llm.toolcall import FORMATS, REACT, call_format, content_mask
 from mice_exp.paths import PACKAGE_ROOT, Paths
 from mice_exp.pipeline import Pipeline
-from tests.conftest import stage_of
+from tests.conftest import prompt_key, stage_of
 
 REAL_STE = PACKAGE_ROOT / SHARED_RELATIVE_PATH
 STE_TINY = PACKAGE_ROOT / "tests" / "fixtures" / "ste_tiny.json"
@@ -161,7 +161,7 @@ def test_each_format_parses_what_it_writes_and_marks_the_name_and_arguments(fmt)
     assert (call.api, call.args, call.parse_error) == ("get_weather", {"city": "Paris", "days": 3}, None)
     assert spans_text(fmt, text) == ("get_weather", '{"city": "Paris", "days": 3}')
     assert fmt.stop_offset(text + "\nmore text") == len(text) - (len("\n</tool_call>") if fmt is TAGGED else 0)
-    assert call_format({"format": fmt.name}) is fmt
+    assert call_format(fmt.name) is fmt
 
 
 def test_a_json_reply_is_its_first_object_with_text_around_it():
@@ -230,9 +230,9 @@ def test_demonstrations_are_written_in_the_format():
 
 def test_an_unknown_format_or_tool_mode_is_one_line(tokenizer):
     with pytest.raises(UserError, match=r"^prompt\.format='xml'; expected one of react, json, tool_call$"):
-        call_format({"format": "xml"})
+        call_format("xml")
     with pytest.raises(UserError, match=r"^prompt\.tools='yaml'; expected one of text, schemas$"):
-        PromptBuilder.from_config(tiny_cfg("prompt=json_tools")["prompt"] | {"tools": "yaml"}, tokenizer)
+        PromptSettings.from_config(tiny_cfg("prompt=json_tools")["prompt"] | {"tools": "yaml"})
     for override, message in (("prompt.format=xml", r"prompt\.format='xml'; expected one of react, json, tool_call"),
                               ("prompt.tools=yaml", r"prompt\.tools='yaml'; expected one of text, schemas")):
         with pytest.raises(UserError, match=message):
@@ -244,7 +244,7 @@ def test_an_unknown_format_or_tool_mode_is_one_line(tokenizer):
 
 def test_the_system_turn_shows_the_schemas_where_the_template_ignores_tools(tokenizer):
     assert not renders_tools(tokenizer)  # SmolLM2's template
-    builder = PromptBuilder.from_config(tiny_cfg("prompt=json_tools")["prompt"], tokenizer)
+    builder = PromptBuilder.from_config(PromptSettings.from_config(tiny_cfg("prompt=json_tools")["prompt"]), tokenizer)
     assert builder.chat and not builder.native and builder.fmt is TAGGED
     query, demos = tool("forecast", city="Oslo"), [tool("convert", unit="km"), tool("forecast", city="Rome")]
     messages = builder.messages(query, demos)
@@ -260,7 +260,7 @@ def test_the_system_turn_shows_the_schemas_where_the_template_ignores_tools(toke
         "User Query: please forecast"]
     text = tokenizer.decode(builder.build(query, demos, 8000).ids)
     assert text.count(lines[0]) == 1 and text.endswith("<|im_start|>assistant\n")
-    plain = PromptBuilder.from_config(tiny_cfg("prompt=json_tools", "prompt.chat_template=false")["prompt"], tokenizer)
+    plain = PromptBuilder.from_config(PromptSettings.from_config(tiny_cfg("prompt=json_tools", "prompt.chat_template=false")["prompt"]), tokenizer)
     assert lines[0] in plain.text(query, demos) and '{"unit": "km"}}\n</tool_call>\n\nUser Query' in plain.text(query, demos)
 
 
@@ -268,7 +268,7 @@ def test_a_template_that_renders_tools_gets_them_as_tools(tokenizer):
     own = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
     own.chat_template = TOOLS_TEMPLATE
     assert renders_tools(own)
-    builder = PromptBuilder.from_config(tiny_cfg("prompt=json_tools")["prompt"], own)
+    builder = PromptBuilder.from_config(PromptSettings.from_config(tiny_cfg("prompt=json_tools")["prompt"]), own)
     query, demos = tool("forecast", city="Oslo"), [tool("convert", unit="km")]
     assert builder.native and builder.messages(query, demos)[0]["content"] == builder.system  # no tools section of ours
     text = own.decode(builder.build(query, demos, 8000).ids)
@@ -284,7 +284,7 @@ def test_per_demo_tools_offer_the_query_its_own_tools_alone(tokenizer):
     declined = dataclasses.replace(tool("convert", unit="km"), demo=NO_CALL_DEMO)
     for prompt in ("json_tools", "ste"):
         cfg = tiny_cfg(f"prompt={prompt}", "prompt.demo_tools=per_demo")
-        builder = PromptBuilder.from_config(cfg["prompt"], tokenizer)
+        builder = PromptBuilder.from_config(PromptSettings.from_config(cfg["prompt"]), tokenizer)
         messages = builder.messages(query, [declined])
         convert = json.dumps(declined.schemas[0]) if prompt == "json_tools" else declined.tools
         assert "forecast" in messages[0]["content"] and "convert" not in messages[0]["content"]
@@ -293,7 +293,7 @@ def test_per_demo_tools_offer_the_query_its_own_tools_alone(tokenizer):
         assert messages[2]["content"] == NO_CALL_DEMO
         assert messages[3]["content"] == f"Tools for this query:\n{forecast}\n\nUser Query: please forecast"
         assert "convert" not in builder.head(query, [declined]) and builder.tools(query, [declined]) == query.schemas
-    pooled = PromptBuilder.from_config(tiny_cfg("prompt=json_tools")["prompt"], tokenizer)
+    pooled = PromptBuilder.from_config(PromptSettings.from_config(tiny_cfg("prompt=json_tools")["prompt"]), tokenizer)
     assert "convert" in pooled.messages(query, [declined])[0]["content"]  # the default lists both
     with pytest.raises(UserError, match=r"prompt\.demo_tools='mixed'; expected one of pooled, per_demo"):
         check_values(tiny_cfg("prompt.demo_tools=mixed"))
@@ -328,9 +328,9 @@ def test_a_json_tools_stage_writes_records_of_the_same_schema(stages, tiny_llm):
         assert b["content_mask"] == content_mask(b["offsets"], TAGGED.spans(b["text"]))
         assert b["label"] == 0 and b["parse_error"]  # tiny_random writes random tokens: no call
     assert tools.arrays("mean_pool").shape == ste.arrays("mean_pool").shape
-    prompt = tiny_llm.tokenizer.decode(PromptBuilder.from_config(tiny_cfg("prompt=json_tools")["prompt"],
-                                                                 tiny_llm.tokenizer).encode(
-        select_examples(tiny_cfg()["dataset"], paths).examples[0], []))
+    builder = PromptBuilder.from_config(PromptSettings.from_config(tiny_cfg("prompt=json_tools")["prompt"]),
+                                        tiny_llm.tokenizer)
+    prompt = tiny_llm.tokenizer.decode(builder.encode(select_examples(tiny_cfg()["dataset"], paths).examples[0], []))
     assert "<tools>\n" in prompt and "Action Input" not in prompt
 
 

@@ -13,6 +13,7 @@ from mice_exp.cache import read_json, stable_hash
 from mice_exp.errors import UserError
 from mice_exp.llm.capture import generate_ids
 from mice_exp.llm.prompt import PromptBuilder
+from mice_exp.llm.settings import LLMSettings, PromptSettings
 from mice_exp.llm.records import read_records_file, read_stage
 from mice_exp.llm.prefix_sources import PrefixSources, prefill, shared_length
 from mice_exp.llm.prompt import option_token_ids
@@ -56,9 +57,10 @@ def test_self_consistency_samples_stop_a_margin_after_the_greedy_call():
     from mice_exp.llm.sources import sample_budget
 
     record = {"token_ids": list(range(20))}
-    assert sample_budget(record, {"extra_tokens": 16}, {"max_new_tokens": 96}) == 36
-    assert sample_budget(record, {"extra_tokens": 100}, {"max_new_tokens": 96}) == 96
-    assert sample_budget(record, {"extra_tokens": None}, {"max_new_tokens": 96}) == 96
+    llm = LLMSettings.from_config(tiny_cfg(**{"llm.max_new_tokens": "96"})["llm"])
+    assert sample_budget(record, {"extra_tokens": 16}, llm) == 36
+    assert sample_budget(record, {"extra_tokens": 100}, llm) == 96
+    assert sample_budget(record, {"extra_tokens": None}, llm) == 96
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +77,7 @@ def stage(tmp_path_factory, tiny_llm):
 
 def prompts_of(stage, llm, record):
     demos = [stage.examples[d] for d in stage.demos[record["id"]][:record["n_demos"]]]
-    return Prompts(PromptBuilder.from_config(stage.cfg["prompt"], llm.tokenizer), stage.examples[record["id"]], demos,
+    return Prompts(PromptBuilder.from_config(PromptSettings.from_config(stage.cfg["prompt"]), llm.tokenizer), stage.examples[record["id"]], demos,
                    record)
 
 
@@ -174,7 +176,7 @@ def test_a_records_file_gets_its_sources_without_its_llm_stage(stage, tiny_llm, 
     record = swapped.records[0]
     order = [stage.examples[d] for d in stage.demos[record["id"]][:record["n_demos"]]]
     assert len(order) == 2
-    builder = PromptBuilder.from_config(cfg["prompt"], tiny_llm.tokenizer)
+    builder = PromptBuilder.from_config(PromptSettings.from_config(cfg["prompt"]), tiny_llm.tokenizer)
     record["prompt_hash"] = stable_hash(Prompts(builder, stage.examples[record["id"]], order[::-1], {}).original)
     assert Prompts(builder, stage.examples[record["id"]], order, record).demos == order[::-1]
 

@@ -138,7 +138,7 @@ def save_gate(
         raise UserError(f"cannot save this pipeline as a gate: {reason}")
     columns = list(view.get_feature_names_out())
     check_estimator(estimator, columns)
-    k = int(stage.prompt["k_demos"])
+    k = int(stage.prompt.k_demos)
     if len(demo_pool) < k:
         raise UserError(f"the demo pool has {len(demo_pool)} examples; prompt.k_demos={k} needs at least that many")
     files = {ESTIMATOR_FILE: dump(estimator), VIEW_FILE: dump(view)}
@@ -151,19 +151,19 @@ def save_gate(
     templates = {}
     for role in ("template", "system"):
         name = f"{role}.txt"
-        (folder / TEMPLATE_DIR / name).write_text(load_template(stage.prompt[role]), encoding="utf-8")
+        (folder / TEMPLATE_DIR / name).write_text(load_template(getattr(stage.prompt, role)), encoding="utf-8")
         templates[role] = f"{TEMPLATE_DIR}/{name}"
     sums = {role: file_sha256(folder / rel) for role, rel in templates.items()}
     spec = {
         "format": GATE_FORMAT,
         "mice_exp_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "llm": dict(stage.llm),
+        "llm": stage.llm.as_dict(),
         "llm_stage": dict(llm_stage or {}),
-        "prompt": dict(stage.prompt),
+        "prompt": stage.prompt.as_dict(),
         "templates": templates,
         "templates_sha256": sums,
-        "retrieval": dict(stage.retrieval),
+        "retrieval": stage.retrieval.as_dict(),
         "features": dict(pipeline.feature_settings),
         "columns": columns,
         "view": {"class": class_path(view), "file": VIEW_FILE, "sha256": file_sha256(folder / VIEW_FILE)},
@@ -183,17 +183,17 @@ def save_gate(
     return folder
 
 
-def check_templates(folder: Path, spec: Mapping[str, Any]) -> None:
+def check_templates(folder: Path, spec: Mapping[str, Any], tools: str) -> None:
     """The gate's saved templates are the ones it was saved with (their sha256, in gates saved since it was kept)
-    and fill: an edited template would otherwise answer with a prompt the estimator never saw, or fail at the
-    first request."""
+    and fill under ``prompt.tools=tools``: an edited template would otherwise answer with a prompt the estimator
+    never saw, or fail at the first request."""
     for role, rel in spec["templates"].items():
         path = folder / rel
         wanted = (spec.get("templates_sha256") or {}).get(role)
         if wanted is not None and file_sha256(path) != wanted:
             raise UserError(f"{path} is not the {role} template this gate was saved with (its sha256 differs from "
                             f"{SPEC_FILE}'s); expected the folder exactly as save_gate wrote it")
-        problem = template_problem(path.read_text(encoding="utf-8"), spec["prompt"].get("tools", "text"))
+        problem = template_problem(path.read_text(encoding="utf-8"), tools)
         if role == "template" and problem:
             raise UserError(f"{path}: {problem}; expected the gate's template as saved")
 

@@ -25,7 +25,8 @@ def gate_key(pipeline: Pipeline) -> str:
     view's node, the estimator (class and parameters), the risk and the seed."""
     stage, study = pipeline.stage, pipeline.study
     main = study.main
-    return stable_hash({"llm": stage.llm, "prompt": stage.prompt, "dataset": stage.dataset.settings,
+    return stable_hash({"llm": stage.llm.as_dict(), "prompt": stage.prompt.as_dict(),
+                        "dataset": stage.dataset.settings,
                         "features": pipeline.feature_settings,
                         "estimator": {"key": main.key, "class": class_path(main.estimator),
                                       "params": main.estimator.get_params()},
@@ -71,7 +72,7 @@ def save_run_gate(pipeline: Pipeline, stage: StageOutput, fs: FeatureSet, estima
                   "train_rows": int(fs.rows("train").sum())}
     args = (pipeline, estimator, fs.view, pipeline.demo_pool())
     kwargs = {"llm_stage": stage.info, "provenance": provenance, "arguments": pipeline.argument_rule(stage.records)}
-    names = (pipeline.stage.llm["name"], pipeline.feature_settings["name"], study.main.key)
+    names = (pipeline.stage.llm.name, pipeline.feature_settings["name"], study.main.key)
     if not getattr(tracker, "enabled", True) or getattr(tracker, "run_id", None) is None:
         folder = pipeline.paths.cache / "gates" / f"{'-'.join(names)}-{gate_key(pipeline)}"
         save_gate(folder, *args, **kwargs)

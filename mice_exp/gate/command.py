@@ -26,7 +26,7 @@ from mice_exp.gate.chat import InvalidRequest, check_tau
 from mice_exp.gate.gate import Gate
 from mice_exp.gate.policy import ToolRisk, check_on_abstain
 from mice_exp.gate.queries import read_queries
-from mice_exp.llm.precision import resolve_dtype
+from mice_exp.llm.settings import LLMSettings
 from mice_exp.paths import paths_from, writable_file
 
 USAGE = ("usage: mice-exp gate model=GATE_FOLDER|runs:/<run id>/gate|models:/<name>/<version> "
@@ -78,7 +78,7 @@ def parse_options(argv: Sequence[str], keys: Sequence[str], required: Sequence[s
         raise UserError(f"batch_size={opts['batch_size']!r}; expected a positive integer")
     cfg = as_plain(compose_config(overrides))
     check_config(cfg)  # the values a gate uses (risk, llm, features) fail as in the main command
-    cfg["llm"]["dtype"] = resolve_dtype(cfg["llm"]["dtype"], cfg["llm"]["device"])  # as the run that saved it
+    cfg = {**cfg, "llm": LLMSettings.from_config(cfg["llm"]).pinned().as_dict()}  # as the run that saved it
     return opts, overrides, cfg
 
 
@@ -87,9 +87,10 @@ def load_gate(opts: dict[str, str], overrides: Sequence[str], cfg: dict) -> Gate
     at that risk setting."""
     groups = {_group(o) for o in overrides}
     given = {o.split("=", 1)[0] for o in overrides}
-    device = opts.get("device") or (cfg["llm"]["device"] if "llm.device" in given else None)
-    batch = opts.get("batch_size") or (cfg["llm"]["batch_size"] if "llm.batch_size" in given else None)
-    engine = {key: cfg["llm"][key] for key in ENGINE_SETTINGS if f"llm.{key}" in given}  # e.g. llm.backend=vllm
+    llm = LLMSettings.from_config(cfg["llm"])
+    device = opts.get("device") or (llm.device if "llm.device" in given else None)
+    batch = opts.get("batch_size") or (llm.batch_size if "llm.batch_size" in given else None)
+    engine = {key: getattr(llm, key) for key in ENGINE_SETTINGS if f"llm.{key}" in given}  # e.g. llm.backend=vllm
     paths = paths_from(cfg["paths"])
     loaded = Gate.load(opts["model"], expect=cfg, parts=[p for p in ("llm", "features") if p in groups],
                        device=device, batch_size=int(batch) if batch else None, engine=engine,

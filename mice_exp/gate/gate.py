@@ -32,6 +32,7 @@ from mice_exp.gate.requests import chat_examples, proposed_replies, refuse_unpro
 from mice_exp.gate.runtime import Runtime
 from mice_exp.llm.records import StageOutput
 from mice_exp.llm.runner import Calls, Runner
+from mice_exp.llm.settings import LLMSettings, PromptSettings, RetrievalSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from mice_exp.data.records import Example
@@ -49,18 +50,20 @@ class Gate:
                  models: Path | None = None, keep: Any = None) -> None:
         self.folder, self.spec, self.estimator, self.pool = Path(folder), spec, estimator, pool
         self.view = view  # the run's fitted feature view; None in a gate saved before gates kept it
-        self.llm_cfg = dict(spec["llm"]) | ({"device": device} if device else {}) | dict(engine or {})
         # every model the gate runs goes where it is told: the LLM, the view's own (BERTScore's), the retrieval's
         self.device = device
-        self.retrieval = dict(spec["retrieval"]) | ({"device": device} if device else {})
+        where = {"device": device} if device else {}
+        runs = where | dict(engine or {}) | ({"batch_size": int(batch_size)} if batch_size else {})
+        self.llm_settings = LLMSettings.from_config({**spec["llm"], **runs})
+        self.retrieval_settings = RetrievalSettings.from_config({**spec["retrieval"], **where})
         if device and view is not None:
             self.view = view.on_device(device)
-        if batch_size:
-            self.llm_cfg["batch_size"] = int(batch_size)
-        check_templates(self.folder, spec)
         templates = {role: str(self.folder / rel) for role, rel in spec["templates"].items()}
-        self.prompt_cfg = dict(spec["prompt"]) | templates  # the saved copies, not today's shipped files
-        self.runtime = Runtime(spec, self.llm_cfg, self.prompt_cfg, self.retrieval, pool, models, llm)
+        # the saved copies of the templates, not today's shipped files
+        self.prompt_settings = PromptSettings.from_config({**spec["prompt"], **templates})
+        check_templates(self.folder, spec, self.prompt_settings.tools)
+        self.runtime = Runtime(spec, self.llm_settings, self.prompt_settings, self.retrieval_settings, pool, models,
+                               llm)
         self._keep = keep  # the temporary download of an MLflow source lives as long as the gate
         self._lock = threading.Lock()  # one generation at a time: check_batch may be called from many threads
         # the last call's parts in seconds: prepare_s, generate_s or forward_s and records_s, features_s, total_s
@@ -101,7 +104,7 @@ class Gate:
     def model_name(self) -> str:
         """The gate's name (its default registered-model name): what ``mice-exp serve`` serves it as."""
         s = self.spec
-        return model_name(s["llm"]["name"], s["features"].get("name", s["features"]["view"]),
+        return model_name(self.llm_settings.name, s["features"].get("name", s["features"]["view"]),
                           s["estimator"].get("key") or s["estimator"]["class"].rsplit(".", 1)[1])
 
     def set_risk(self, risk_cfg: Mapping[str, Any]) -> None:
@@ -110,7 +113,7 @@ class Gate:
 
     def describe(self) -> str:
         s = self.spec
-        return (f"{s['llm'].get('display', s['llm']['name'])} | features {s['features'].get('name')} | "
+        return (f"{self.llm_settings.title} | features {s['features'].get('name')} | "
                 f"{s['estimator'].get('name') or s['estimator']['class'].rsplit('.', 1)[1]} | "
                 f"risk {s['risk']['name']} (tau={self.tau:g}) | demo pool {len(self.pool)}")
 
@@ -257,12 +260,12 @@ class Gate:
 
     def _chat_examples(self, requests: Sequence[tuple[Messages, Any]]) -> dict[int, Example]:
         """Each ``(messages, tools)`` request as the :class:`Example` the prompt builder takes."""
-        return chat_examples(requests, self.prompt_cfg.get("tools", "text") == "schemas")
+        return chat_examples(requests, self.prompt_settings.schemas)
 
     def _request_prompts(self, examples: Mapping[int, Example], n_requests: int) -> Calls[int]:
         """:meth:`_prompts` for chat requests, where a request without a prompt refuses the batch."""
         calls, refused = self._prompts(examples)
-        refuse_unprompted(refused, n_requests, self.spec["llm"]["name"])
+        refuse_unprompted(refused, n_requests, self.llm_settings.name)
         return calls
 
     def _prompts(self, examples: Mapping[int, Example]) -> tuple[Calls[int], dict[int, UserError]]:

@@ -67,12 +67,11 @@ def check_pipeline(spec: Mapping[str, Any], cfg: Mapping[str, Any], where: str,
             PART_CHECKS[part](spec[part], cfg[part], where)
 
 
-def check_model(spec: Mapping[str, Any], llm: Any) -> None:
-    """Refuse a loaded model other than the gate's: another LLM, or the same name with other weights' shapes."""
-    saved = spec["llm"]["name"]
+def check_model(saved: str, stage: Mapping[str, Any], llm: Any) -> None:
+    """Refuse a loaded model other than the gate's (``saved``, ``stage``: its name and its LLM stage's summary):
+    another LLM, or the same name with other weights' shapes."""
     if llm.name != saved:
         raise UserError(f"the gate needs llm={saved}; the model given is {llm.name}")
-    stage = spec.get("llm_stage") or {}
     for key in ("n_layers", "hidden_size"):
         if key in stage and int(stage[key]) != int(getattr(llm, key)):
             raise UserError(f"the gate was trained on a {saved} with {key}={stage[key]}; the loaded model has "

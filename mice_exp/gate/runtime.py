@@ -14,6 +14,7 @@ from mice_exp.gate.loading import check_model
 from mice_exp.gate.requests import call_too_long
 from mice_exp.llm.backends import backend_of, check_backend
 from mice_exp.llm.runner import Batch, Calls, Retrieval, Runner, reply_tokens
+from mice_exp.llm.settings import LLMSettings, PromptSettings, RetrievalSettings
 from mice_exp.paths import project_root
 
 if TYPE_CHECKING:  # annotations only
@@ -25,29 +26,30 @@ class Runtime:
     them; ``models``: where converted weights are cached, default ``<project>/.cache/models``; ``loaded``: a
     generator the caller already holds, checked against ``spec`` now)."""
 
-    def __init__(self, spec: Mapping[str, Any], llm: Mapping[str, Any], prompt: Mapping[str, Any],
-                 retrieval: Mapping[str, Any], pool: list, models: Path | None, loaded: Any = None) -> None:
-        self.spec, self.llm_cfg, self.prompt_cfg, self.pool, self.models = spec, llm, prompt, pool, models
+    def __init__(self, spec: Mapping[str, Any], llm: LLMSettings, prompt: PromptSettings,
+                 retrieval: RetrievalSettings, pool: list, models: Path | None, loaded: Any = None) -> None:
+        self.spec, self.llm_settings, self.prompt_settings, self.pool, self.models = spec, llm, prompt, pool, models
         self.retrieval = Retrieval.from_config(prompt, retrieval)
         self._backend: Any = None
         self._runner: Runner | None = None
         self._encoder: Any = None
         if loaded is not None:
-            check_model(spec, loaded)
+            check_model(llm.name, spec.get("llm_stage") or {}, loaded)
         self._llm = loaded
 
     def backend(self) -> Any:
         """The LLM's backend (``llm.backend``), holding the generator it was given, if any."""
         if self._backend is None:
-            check_backend(self.llm_cfg)
-            self._backend = backend_of(self.llm_cfg, self.models or project_root() / ".cache" / "models", self._llm)
+            check_backend(self.llm_settings)
+            models = self.models or project_root() / ".cache" / "models"
+            self._backend = backend_of(self.llm_settings, models, self._llm)
         return self._backend
 
     def llm(self) -> Any:
         """The generator, loaded (torch, or an engine, with the model) and checked against the saved gate once."""
         if self._llm is None:
             llm = self.backend().generator()
-            check_model(self.spec, llm)
+            check_model(self.llm_settings.name, self.spec.get("llm_stage") or {}, llm)
             self._llm = llm
         return self._llm
 
@@ -60,7 +62,7 @@ class Runtime:
         """The runner of the gate's saved prompt settings and templates and its llm settings, built once with the
         LLM's tokenizer."""
         if self._runner is None:
-            self._runner = Runner.from_config(self.prompt_cfg, self.llm_cfg, self.llm().tokenizer)
+            self._runner = Runner.from_config(self.prompt_settings, self.llm_settings, self.llm().tokenizer)
         return self._runner
 
     def encoder(self) -> Any:
@@ -100,5 +102,5 @@ class Runtime:
         tokens = {i: reply_tokens(teacher.tokenizer, replies[i]) for i in calls.prompts}
         if (i := runner.past_window(calls.prompts, tokens)) is not None:
             raise call_too_long(i, len(calls.prompts), len(tokens[i]), len(calls.prompts[i].ids),
-                                self.spec["llm"]["name"], runner.window)
+                                self.llm_settings.name, runner.window)
         return runner.run(teacher, calls, tokens, lens=lens, states=states)

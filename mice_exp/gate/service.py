@@ -105,8 +105,8 @@ class ChatService:
         self.on_abstain = check_on_abstain(on_abstain)
         self.created = int(time.time())
         self.risk = risk or ToolRisk()
-        self.schemas = gate.prompt_cfg.get("tools", "text") == "schemas"
-        size = int(batch_size or gate.llm_cfg["batch_size"])
+        self.schemas = gate.prompt_settings.schemas
+        size = int(batch_size or gate.llm_settings.batch_size)
         executor = ThreadPoolExecutor(1, thread_name_prefix="gate")  # the LLM runs one batch at a time
         # the LLM keeps what its forwards free (keep_freed_memory: faster batches back to back); idle, it is handed back
         self.chats = Batcher(lambda items: _each(self._check, items), executor, max_queue, size, idle=trim_heap)
@@ -134,7 +134,7 @@ class ChatService:
     def chat_request(self, request: Mapping[str, Any]) -> ChatRequest:
         """The request checked for this gate (:func:`mice_exp.gate.protocol.chat_request`)."""
         return chat_request(request, model=self.model, on_abstain=self.on_abstain, schemas=self.schemas,
-                            max_new_tokens=int(self.gate.llm_cfg["max_new_tokens"]))
+                            max_new_tokens=int(self.gate.llm_settings.max_new_tokens))
 
     async def complete(self, request: ChatRequest) -> dict[str, Any]:
         """``POST /v1/chat/completions`` on a checked request: a held call the user approves, or the gate's answer."""

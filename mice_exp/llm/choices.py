@@ -29,7 +29,6 @@ from mice_exp.cache import read_jsonl, stable_hash, write_json, write_jsonl
 from mice_exp.data.records import Example
 from mice_exp.errors import UserError
 from mice_exp.llm.model import LLM
-from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.prefix_sources import prefill
 from mice_exp.llm.records import shard_name
 from mice_exp.llm.stage import LLMStage
@@ -107,12 +106,10 @@ def mcq_items(stage: LLMStage, template: str) -> list[dict[str, Any]]:
     selection = stage.selection  # the data load only now
     examples: list[Example] = selection.examples
     posed = [pose(e) for e in examples]
-    llm_cfg = stage.llm
-    key = {"method": METHOD, "template": template, "source": llm_cfg["source"],
-           "dtype": resolve_dtype(llm_cfg.get("dtype", "float32"), llm_cfg.get("device", "cpu")),
+    key = {"method": METHOD, "template": template, **stage.llm.weights(),
            "items": stable_hash([[e.id, p] for e, p in zip(examples, posed)])}
-    out = stage.paths.llm / f"{llm_cfg['name']}-mcq-{stable_hash(key)}"
-    size = int(llm_cfg["batch_size"])
+    out = stage.paths.llm / f"{stage.llm.name}-mcq-{stable_hash(key)}"
+    size = int(stage.llm.batch_size)
     groups = [range(lo, min(lo + size, len(examples))) for lo in range(0, len(examples), size)]
     names = [out / f"{shard_name(n, len(groups))}.jsonl" for n in range(len(groups))]
     out.mkdir(parents=True, exist_ok=True)
@@ -122,7 +119,7 @@ def mcq_items(stage: LLMStage, template: str) -> list[dict[str, Any]]:
             write_json(out / "key.json", key)
             llm = stage.backend.forward_model()
             bar = tqdm(total=len(examples), initial=len(examples) - sum(len(groups[n]) for n in todo),
-                       desc=f"mcq {llm_cfg['name']}", unit="item")
+                       desc=f"mcq {stage.llm.name}", unit="item")
             for n in todo:
                 rows = []
                 for i in groups[n]:
@@ -138,13 +135,13 @@ def mcq_items(stage: LLMStage, template: str) -> list[dict[str, Any]]:
 
 def default_path(stage: LLMStage, template: str) -> Path:
     """``experiments/<dataset>/mcq-<llm>-<template>.json``."""
-    return stage.paths.root / "experiments" / stage.dataset.name / f"mcq-{stage.llm['name']}-{template}.json"
+    return stage.paths.root / "experiments" / stage.dataset.name / f"mcq-{stage.llm.name}-{template}.json"
 
 
 def write_mcq(stage: LLMStage, template: str, path: Path) -> int:
     """The scored items (:func:`mcq_items`) as one JSON file with what made them; returns how many."""
     items = mcq_items(stage, template)
-    write_json(path, {"dataset": stage.dataset.name, "llm": stage.llm["name"],
-                      "display": stage.llm.get("display", stage.llm["name"]), "template": template,
+    write_json(path, {"dataset": stage.dataset.name, "llm": stage.llm.name, "display": stage.llm.title,
+                      "template": template,
                       "method": METHOD, "items": items})
     return len(items)

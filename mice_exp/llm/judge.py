@@ -31,7 +31,6 @@ from mice_exp.llm.publish import written_by
 from mice_exp.llm.records import Record, publishable, read_records_file, read_records_header, write_records_file
 from mice_exp.llm.sources import about_the_call, given_call_values, record_prompts, source_folders
 from mice_exp.llm.stage import LLMStage
-from mice_exp.llm.toolcall import call_format
 
 #: How every judged call is written before teacher forcing (:func:`~mice_exp.llm.toolcall.canonical_json`).
 RENDER = "canonical"
@@ -42,9 +41,8 @@ log = logging.getLogger(__name__)
 def judge_folder(stage: LLMStage) -> tuple[Path, dict[str, Any]]:
     """Where ``stage``'s LLM keeps the calls it judged, and its key: everything that changes a judged row (the
     stage's own key: data set, prompt, LLM, retrieval, device) and the rendering."""
-    key = stage.key(resolve_device(stage.llm.get("device", "cpu")).type) | {"render": RENDER,
-                                                                         "judge_version": JUDGE_VERSION}
-    return stage.paths.llm / f"{stage.llm['name']}-judges-{stable_hash(key)}", key
+    key = stage.key(resolve_device(stage.llm.device).type) | {"render": RENDER, "judge_version": JUDGE_VERSION}
+    return stage.paths.llm / f"{stage.llm.name}-judges-{stable_hash(key)}", key
 
 
 def judge_actors(stage: LLMStage, actors: Sequence[Actor], sources: Mapping[str, Any] | None = None,
@@ -56,7 +54,7 @@ def judge_actors(stage: LLMStage, actors: Sequence[Actor], sources: Mapping[str,
     keep the actor file's order; the header names ``actor``, ``judge`` and ``render``. Judged records files in
     ``published`` made with the same settings stand in for the calls they hold (:func:`_seed`)."""
     examples = {e.id: e for e in stage.selection.examples}
-    fmt = call_format(stage.prompt)
+    fmt = stage.prompt.fmt
     wanted: dict[str, dict[str, None]] = {}
     for actor in actors:
         for call in actor.judged():
@@ -64,11 +62,11 @@ def judge_actors(stage: LLMStage, actors: Sequence[Actor], sources: Mapping[str,
                 wanted.setdefault(call.id, {})[fmt.canonical(call.api, call.args)] = None
     out, key = judge_folder(stage)
     for actor in actors if published is not None else ():
-        _seed(out, fmt, judged_path(published, stage.dataset.name, actor.name, stage.llm["name"]))
+        _seed(out, fmt, judged_path(published, stage.dataset.name, actor.name, stage.llm.name))
     names = about_the_call((sources or {}).get("use") or [])
     judged = _judge(stage, out, examples, {i: list(r) for i, r in wanted.items()}, sources or {}, names)
     shapes = read_json(out / "shapes.json") if (out / "shapes.json").exists() else {}
-    judge = stage.llm["name"]
+    judge = stage.llm.name
     results = {}
     for actor in actors:
         calls = [c for c in actor.judged() if c.id in examples]
@@ -77,7 +75,7 @@ def judge_actors(stage: LLMStage, actors: Sequence[Actor], sources: Mapping[str,
                    | ({"sources": {n: row["sources"][n] for n in names}} if names else {}) for row, c in zip(rows, calls)]
         report = actor.report()
         info = {"dataset": stage.dataset.name, "llm": judge, **shapes, "stage_key": key,
-                "display": f"{actor.name} judged by {stage.llm.get('display', judge)}", "actor": actor.name,
+                "display": f"{actor.name} judged by {stage.llm.title}", "actor": actor.name,
                 "judge": judge, "render": RENDER, "actor_records": {"file": actor.source.name, "key": actor.key},
                 "actor_report": report, "examples": len(records), "sources": names, "stage_cache": out.name,
                 "written_by": written_by({}, stage.paths.root, f"{actor.name}'s calls judged by {judge}")}
@@ -104,9 +102,9 @@ def _judge(stage: LLMStage, out: Path, examples: dict[str, Any], wanted: dict[st
         demos = stage.demos(out)
         splits = stage.selection.splits
         pending = sum(len(wanted[i]) - sum(t in done[i] for t in wanted[i]) for i in todo)
-        log.info("%s judges %d calls (and asks %s) on %d queries into %s", stage.llm["name"], pending,
+        log.info("%s judges %d calls (and asks %s) on %d queries into %s", stage.llm.name, pending,
                  ", ".join(names) or "no source", len(todo), out)
-        bar = tqdm(total=len(todo), desc=f"{stage.llm['name']} judges", unit="query")
+        bar = tqdm(total=len(todo), desc=f"{stage.llm.name} judges", unit="query")
         asker = stage.backend.source_runner() if names else None
         for i in todo:
             _read(out, folders, i, done)  # another process may have judged it meanwhile
@@ -116,7 +114,7 @@ def _judge(stage: LLMStage, out: Path, examples: dict[str, Any], wanted: dict[st
                 new = runner.force_shared(teacher, examples[i], splits[i], prompt, missing)
                 for text, row in zip(missing, new):
                     if row["text"] != text:
-                        log.warning("%s: %s's tokens of the call decode to %r, not %r", i, stage.llm["name"],
+                        log.warning("%s: %s's tokens of the call decode to %r, not %r", i, stage.llm.name,
                                     row["text"][:80], text[:80])
                     done[i][text] = row | {"reply": text, "sources": {}}
                 write_jsonl(_file(out, i), [{k: v for k, v in r.items() if k != "sources"} for r in done[i].values()])
@@ -214,7 +212,7 @@ def publish_judged(stage: LLMStage, actors: Sequence[Actor], folder: Path,
     one records file each in ``folder`` (:func:`judged_path`)."""
     paths = []
     for name, (header, records) in judge_actors(stage, actors, sources, folder).items():
-        path = judged_path(folder, stage.dataset.name, name, stage.llm["name"])
+        path = judged_path(folder, stage.dataset.name, name, stage.llm.name)
         write_records_file(path, header, records)
         paths.append(path)
     return paths

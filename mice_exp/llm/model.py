@@ -15,7 +15,7 @@ from mice_exp.devices import resolve_device
 from mice_exp.errors import UserError
 from mice_exp.llm.assets import converted_dir
 from mice_exp.llm.memory import keep_freed_memory
-from mice_exp.llm.precision import resolve_dtype
+from mice_exp.llm.settings import LLMSettings
 from mice_exp.loading import load_checked
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -216,10 +216,10 @@ def _random_model(cfg: Mapping[str, Any], tokenizer: Any, device: torch.device =
         return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
 
-def model_folder(cfg: Mapping[str, Any], models_cache: Path) -> Path:
+def model_folder(llm: LLMSettings, models_cache: Path) -> Path:
     """A local folder of weights, config and tokenizer for the ``conf/llm`` entry (what another engine loads):
     the converted GGUF, the pretrained path, or a random model saved once under ``models_cache``."""
-    source = cfg["source"]
+    source = llm.source
     if source["kind"] == "gguf_package":
         return converted_dir(source, models_cache)
     if source["kind"] == "pretrained":
@@ -258,23 +258,23 @@ def load_tokenizer(source: Mapping[str, Any], models_cache: Path) -> Any:
     return tokenizer
 
 
-def load_hf(cfg: Mapping[str, Any], models_cache: Path) -> LLM:
+def load_hf(llm: LLMSettings, models_cache: Path) -> LLM:
     """Build the model described by a ``conf/llm`` entry (packaged GGUF, hub id / path, or random)."""
     from transformers import AutoModelForCausalLM
 
     keep_freed_memory()  # the forwards' large activations reuse freed heap memory instead of faulting in pages
-    source = cfg["source"]
-    dtype = check_dtype(resolve_dtype(cfg.get("dtype", "float32"), cfg.get("device", "cpu")))
-    device = resolve_device(cfg.get("device", "cpu"))
+    source = llm.source
+    dtype = check_dtype(llm.resolved_dtype)
+    device = resolve_device(llm.device)
     tokenizer = load_tokenizer(source, models_cache)
     if source["kind"] == "random":
         model = _random_model(source, tokenizer, device, dtype)
     else:
-        folder = model_folder(cfg, models_cache)
+        folder = model_folder(llm, models_cache)
         try:
             model = load_checked(AutoModelForCausalLM, folder, "llm.source", allow=(), dtype=dtype)
         except OSError as error:
             raise UserError(f"llm.source.path={str(folder)!r} could not be loaded ({error.__class__.__name__}); "
                             "expected a local model folder or a hub id whose weights are present") from None
     model.to(device).eval()
-    return LLM(model=model, tokenizer=tokenizer, name=cfg["name"], device=device)
+    return LLM(model=model, tokenizer=tokenizer, name=llm.name, device=device)

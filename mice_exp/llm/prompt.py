@@ -37,12 +37,8 @@ from typing import Any, Mapping, Sequence
 
 from mice_exp.data.schemas import Schema
 from mice_exp.errors import UserError
-from mice_exp.llm.toolcall import CallFormat, call_format
-
-#: ``prompt.tools``: the data set's own tool text, or JSON schemas.
-TOOL_MODES = ("text", "schemas")
-#: ``prompt.demo_tools``: the demonstrations' tools listed with the query's, or each in its demonstration's turn.
-DEMO_TOOLS = ("pooled", "per_demo")
+from mice_exp.llm.settings import PromptSettings
+from mice_exp.llm.toolcall import CallFormat
 #: The tool a template is rendered with to see whether it shows tools (:func:`renders_tools`).
 PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_7f3a", "description": "A probe.",
                                                "parameters": {"type": "object", "properties": {}}}}
@@ -74,12 +70,6 @@ class Prompt:
     dropped: int
 
 
-def prompt_budget(llm: Mapping[str, Any]) -> int:
-    """The tokens a prompt may take: the LLM's context window less the reply's budget (``conf/llm``'s
-    ``context_window`` and ``max_new_tokens``), for the stage, the replay, the judge and the gate alike."""
-    return int(llm["context_window"]) - int(llm["max_new_tokens"])
-
-
 def load_template(name: str) -> str:
     """A template shipped in ``mice_exp/llm/templates`` (by file name) or a path to one."""
     shipped = resources.files("mice_exp.llm").joinpath("templates", name)
@@ -108,13 +98,12 @@ def template_problem(text: str, tools: str) -> str | None:
             f"{', '.join('{' + f + '}' for f in sorted(TEMPLATE_FIELDS[tools]))})") if unknown else None
 
 
-def system_prompt(cfg: Mapping[str, Any]) -> str:
-    """The system text of ``cfg`` (a ``conf/prompt`` node): the ``system`` template, then
-    ``no_call_note`` when set, in the same paragraph, as BFCL's prompting mode says it
-    ("If none of the functions can be used, point it out.", ``bfcl_eval/constants/default_prompts.py``);
-    null (the default) leaves the system text as it always was."""
-    system = load_template(cfg["system"]).strip()
-    note = cfg.get("no_call_note")
+def system_prompt(prompt: PromptSettings) -> str:
+    """The system text of ``prompt``: the ``system`` template, then ``no_call_note`` when set, in the same
+    paragraph, as BFCL's prompting mode says it ("If none of the functions can be used, point it out.",
+    ``bfcl_eval/constants/default_prompts.py``); null (the default) leaves the system text as it always was."""
+    system = load_template(prompt.system).strip()
+    note = prompt.no_call_note
     return f"{system} {note.strip()}" if note else system
 
 
@@ -170,17 +159,11 @@ class PromptBuilder:
     per_demo: bool = False  # each demonstration's tools in its own turn (prompt.demo_tools=per_demo)
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any], tokenizer: Any) -> PromptBuilder:
-        tools, demo_tools = cfg.get("tools", "text"), cfg.get("demo_tools", "pooled")
-        if tools not in TOOL_MODES:
-            raise UserError(f"prompt.tools={tools!r}; expected one of {', '.join(TOOL_MODES)}")
-        if demo_tools not in DEMO_TOOLS:
-            raise UserError(f"prompt.demo_tools={demo_tools!r}; expected one of {', '.join(DEMO_TOOLS)}")
-        chat = bool(cfg.get("chat_template", True)) and bool(getattr(tokenizer, "chat_template", None))
-        schemas = tools == "schemas"
-        return cls(tokenizer=tokenizer, template=load_template(cfg["template"]), system=system_prompt(cfg), chat=chat,
-                   fmt=call_format(cfg), schemas=schemas, native=schemas and chat and renders_tools(tokenizer),
-                   per_demo=demo_tools == "per_demo")
+    def from_config(cls, prompt: PromptSettings, tokenizer: Any) -> PromptBuilder:
+        chat = bool(prompt.chat_template) and bool(getattr(tokenizer, "chat_template", None))
+        return cls(tokenizer=tokenizer, template=load_template(prompt.template), system=system_prompt(prompt),
+                   chat=chat, fmt=prompt.fmt, schemas=prompt.schemas,
+                   native=prompt.schemas and chat and renders_tools(tokenizer), per_demo=prompt.per_demo)
 
     def tools(self, example: Any, demos: Sequence[Any]) -> list[Schema]:
         """The schemas the instructions offer: the example's, then (pooled) the demonstrations' not yet named."""

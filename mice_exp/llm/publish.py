@@ -19,7 +19,7 @@ from mice_exp.tracking.gitinfo import git_tags
 
 def default_path(stage: LLMStage) -> Path:
     """``experiments/records/<dataset>-<llm>.jsonl.gz``."""
-    return stage.paths.root / "experiments" / "records" / f"{stage.dataset.name}-{stage.llm['name']}.jsonl.gz"
+    return stage.paths.root / "experiments" / "records" / f"{stage.dataset.name}-{stage.llm.name}.jsonl.gz"
 
 
 def publish_records(stage: LLMStage, sources: Mapping[str, Any], path: Path | None = None) -> Path:
@@ -34,7 +34,7 @@ def publish_records(stage: LLMStage, sources: Mapping[str, Any], path: Path | No
     else:
         out = stage.run()
         output = read_stage(out)
-        header = {"dataset": stage.dataset.name, "llm": stage.llm["name"], "display": stage.llm["display"],
+        header = {"dataset": stage.dataset.name, "llm": stage.llm.name, "display": stage.llm.display,
                   "n_layers": output.info["n_layers"], "hidden_size": output.info["hidden_size"],
                   "stage_key": read_json_if(out / "meta.json"), "stage_cache": out.name}
     names = list(sources["use"])

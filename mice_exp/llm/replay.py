@@ -20,10 +20,9 @@ from tqdm.auto import tqdm
 
 from mice_exp.cache import read_npz, stable_hash, write_npz
 from mice_exp.errors import UserError
-from mice_exp.llm.precision import resolve_dtype
 from mice_exp.llm.records import ARRAYS, FORMAT_DEFAULTS, StageOutput
 from mice_exp.llm.sources import record_prompts
-from mice_exp.llm.stage import LLMStage, prompt_key
+from mice_exp.llm.stage import LLMStage
 
 NEEDS = ("token_ids", "n_demos", "prompt_hash")  # what a record must keep to be replayed
 log = logging.getLogger(__name__)
@@ -32,35 +31,32 @@ log = logging.getLogger(__name__)
 def replay_activations(stage: LLMStage, output: StageOutput) -> dict[str, np.ndarray]:
     """The pooled states (:data:`~mice_exp.llm.records.ARRAYS`, each [N, L, d]) of every record of a
     records file read by ``stage``, replayed where not cached: only then does the stage's LLM load."""
-    llm_cfg = stage.llm
+    llm = stage.llm
     wrote = output.info.get("llm")
-    if wrote is not None and wrote != llm_cfg["name"]:
-        raise UserError(f"llm.records={llm_cfg.get('records')} was written by {wrote}, not llm={llm_cfg['name']}; "
+    if wrote is not None and wrote != llm.name:
+        raise UserError(f"llm.records={llm.records} was written by {wrote}, not llm={llm.name}; "
                         f"its hidden states can only be replayed by the LLM that generated it (expected llm={wrote})")
     for name in NEEDS:
         missing = sum(name not in r for r in output.records)
         if missing:
-            raise UserError(f"llm.records={llm_cfg.get('records')}: {missing} records lack {name!r}, which replaying "
+            raise UserError(f"llm.records={llm.records}: {missing} records lack {name!r}, which replaying "
                             "their hidden states needs (expected a records file written by `mice-exp records`)")
     # every prompt setting but the formats at their defaults (the key kept demo_pool and no_call_note from the start)
-    key = {"method": stage.backend.replay_method, "prompt": prompt_key(stage.prompt, FORMAT_DEFAULTS),
-           "source": llm_cfg["source"],
-           "dtype": resolve_dtype(llm_cfg.get("dtype", "float32"), llm_cfg.get("device", "cpu"))}
+    key = {"method": stage.backend.replay_method, "prompt": stage.prompt.key(FORMAT_DEFAULTS), **llm.weights()}
     out = stage.derived_folder(output) / f"activations-{stable_hash(key)}"
-    size = int(llm_cfg["batch_size"])
+    size = int(llm.batch_size)
     groups = [output.records[lo:lo + size] for lo in range(0, len(output.records), size)]
     out.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out / ".lock")):
         todo = [n for n in range(len(groups)) if not (out / f"shard-{n:05d}.npz").exists()]
         if todo:
             pending = sum(len(groups[n]) for n in todo)
-            log.info("%s keeps no activations: replaying %d calls with %s into %s", llm_cfg.get("records"),
-                     pending, llm_cfg["name"], out)
+            log.info("%s keeps no activations: replaying %d calls with %s into %s", llm.records, pending, llm.name, out)
             _, examples, demos = stage.context(output)
             teacher = stage.backend.teacher()
             runner = stage.runner(teacher.tokenizer)
             bar = tqdm(total=len(output.records), initial=len(output.records) - pending,
-                       desc=f"replay {llm_cfg['name']}", unit="call")
+                       desc=f"replay {llm.name}", unit="call")
             for n in todo:
                 prompts = [record_prompts(runner.builder, examples, demos, r).original for r in groups[n]]
                 replies = [r["token_ids"] for r in groups[n]]

@@ -23,8 +23,9 @@ from mice_exp.cache import stable_hash
 from mice_exp.data import Example
 from mice_exp.data.labels import is_correct
 from mice_exp.errors import UserError
-from mice_exp.llm.prompt import Prompt, PromptBuilder, prompt_budget
+from mice_exp.llm.prompt import Prompt, PromptBuilder
 from mice_exp.llm.records import Record
+from mice_exp.llm.settings import LLMSettings, PromptSettings, RetrievalSettings
 from mice_exp.llm.toolcall import CallFormat, content_mask
 
 if TYPE_CHECKING:  # annotations only
@@ -99,9 +100,8 @@ class Retrieval:
     device: str = "cpu"
 
     @classmethod
-    def from_config(cls, prompt: Mapping[str, Any], retrieval: Mapping[str, Any]) -> Retrieval:
-        return cls(k=int(prompt["k_demos"]), mix=prompt.get("demo_mix", "similar"), model=retrieval.get("model"),
-                   device=retrieval.get("device", "cpu"))
+    def from_config(cls, prompt: PromptSettings, retrieval: RetrievalSettings) -> Retrieval:
+        return cls(k=int(prompt.k_demos), mix=prompt.demo_mix, model=retrieval.model, device=retrieval.device)
 
     def encoder(self) -> Any:
         """The sentence encoder, loaded now (the stage's once per retrieval; the gate's once, holding its pool)."""
@@ -160,16 +160,16 @@ class Runner:
     """How one LLM's calls are prompted, batched and recorded: the prompt builder (``prompt`` settings, the LLM's
     tokenizer), the prompt budget, the batch size and the reply budget (``llm`` settings), derived once."""
 
-    def __init__(self, builder: PromptBuilder, llm: Mapping[str, Any], store_tokens: bool = False) -> None:
+    def __init__(self, builder: PromptBuilder, llm: LLMSettings, store_tokens: bool = False) -> None:
         self.builder, self.fmt = builder, builder.fmt
-        self.budget = prompt_budget(llm)
-        self.window = int(llm["context_window"])
-        self.batch_size = int(llm["batch_size"])
-        self.max_new_tokens = int(llm["max_new_tokens"])
+        self.budget = llm.prompt_budget
+        self.window = int(llm.context_window)
+        self.batch_size = int(llm.batch_size)
+        self.max_new_tokens = int(llm.max_new_tokens)
         self.store_tokens = store_tokens  # every token's states too, beside the pooled ones (the stage's option)
 
     @classmethod
-    def from_config(cls, prompt: Mapping[str, Any], llm: Mapping[str, Any], tokenizer: Any,
+    def from_config(cls, prompt: PromptSettings, llm: LLMSettings, tokenizer: Any,
                     store_tokens: bool = False) -> Runner:
         return cls(PromptBuilder.from_config(prompt, tokenizer), llm, store_tokens)
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Sequence
 
 from mice_exp.cache import read_json
-from mice_exp.data import make_dataset
 from mice_exp.errors import UserError
 from mice_exp.llm.stage import LLMStage
 from mice_exp.paths import Paths
@@ -23,10 +22,9 @@ def main(argv: Sequence[str]) -> None:
     """A bad input is one line and exit status 2, as from ``mice-exp``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spec = read_json(Path(argv[0]))
-    settings = spec["stage"] | {"llm": spec["stage"]["llm"] | {"shard": int(argv[1])}}
     try:
-        settings["dataset"] = make_dataset(settings["dataset"])
-        LLMStage(**settings, paths=Paths(root=Path(spec["root"]), cache=Path(spec["cache"]))).run()
+        LLMStage.from_settings(spec["stage"], Paths(root=Path(spec["root"]), cache=Path(spec["cache"])),
+                               shard=int(argv[1])).run()
     except UserError as error:
         print(f"mice-exp: error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -28,6 +28,7 @@ from mice_exp.cache import write_json
 from mice_exp.devices import ENV_VAR, describe_exit, visible_gpus
 from mice_exp.errors import UserError, expect
 from mice_exp.llm.records import shard_name, shards
+from mice_exp.llm.settings import LLMSettings
 from mice_exp.paths import Paths
 
 log = logging.getLogger(__name__)
@@ -44,14 +45,14 @@ class ShardPlan:
     batches: int
 
     @classmethod
-    def from_config(cls, llm: Mapping[str, Any], n_examples: int) -> ShardPlan:
+    def from_config(cls, llm: LLMSettings, n_examples: int) -> ShardPlan:
         """``llm.shards`` / ``llm.shard`` for a stage of ``n_examples`` calls (their ranges are config checks)."""
-        count, size = int(llm.get("shards", 1)), int(llm["batch_size"])
+        count, size = int(llm.shards), int(llm.batch_size)
         total = -(-n_examples // size)
         expect(count <= total, f"llm.shards={count} is more than the stage's {total} batches ({n_examples} calls, "
                                f"llm.batch_size={size}); expected llm.shards <= {total}: fewer shards or a smaller "
                                "llm.batch_size")
-        return cls(count=count, worker=llm.get("shard"), batches=total)
+        return cls(count=count, worker=llm.shard, batches=total)
 
     @property
     def launches(self) -> bool:
@@ -80,10 +81,11 @@ def worker_threads(count: int) -> int:
     return max(1, cores // count)
 
 
-def run_workers(settings: Mapping[str, Any], paths: Paths, out: Path, plan: ShardPlan) -> None:
+def run_workers(settings: Mapping[str, Any], llm: LLMSettings, paths: Paths, out: Path, plan: ShardPlan) -> None:
     """Compute the stage in ``out`` with ``plan.count`` local worker processes at once, each with its share of
-    the cores and, when the LLM runs on CUDA, one of the visible GPUs (round robin), showing the stage's progress;
-    ``settings``: the stage's config groups (:meth:`mice_exp.llm.stage.LLMStage.settings`), each worker's start.
+    the cores and, when the LLM (``llm``) runs on CUDA, one of the visible GPUs (round robin), showing the stage's
+    progress; ``settings``: the stage's config groups (:meth:`mice_exp.llm.stage.LLMStage.settings`), each
+    worker's start.
 
     Finished batches stay whatever happens, so a re-run resumes; a worker that fails is named in one line
     with its log (``out/workers/worker-i-of-N.log``).
@@ -91,9 +93,8 @@ def run_workers(settings: Mapping[str, Any], paths: Paths, out: Path, plan: Shar
     folder = out / "workers"
     spec = folder / "config.json"
     write_json(spec, {"stage": settings, "root": str(paths.root), "cache": str(paths.cache)})
-    llm = settings["llm"]
     threads = str(worker_threads(plan.count))
-    gpus = visible_gpus() if llm.get("device", "cpu") in ("cuda", "auto") else []
+    gpus = visible_gpus() if llm.device in ("cuda", "auto") else []
     workers = plan.unfinished(out)
     logs = {i: folder / f"worker-{i}-of-{plan.count}.log" for i in workers}
     log.info("computing the LLM stage in %s with %d of its %d workers as local processes, %s threads each%s; logs "
@@ -107,7 +108,7 @@ def run_workers(settings: Mapping[str, Any], paths: Paths, out: Path, plan: Shar
             with open(path, "wb") as handle:
                 procs[i] = subprocess.Popen([sys.executable, "-m", "mice_exp.llm.shard_worker", str(spec), str(i)],
                                             stdout=handle, stderr=subprocess.STDOUT, env=env)
-        with tqdm(total=plan.batches, initial=len(shards(out)), desc=f"LLM {llm['name']} x{plan.count}",
+        with tqdm(total=plan.batches, initial=len(shards(out)), desc=f"LLM {llm.name} x{plan.count}",
                   unit="batch") as bar:
             while any(p.poll() is None for p in procs.values()):
                 time.sleep(POLL_S)

@@ -42,7 +42,8 @@ from mice_exp.errors import UserError
 from mice_exp.llm.generation import truncate
 from mice_exp.llm.prompt import PromptBuilder
 from mice_exp.llm.records import StageOutput
-from mice_exp.llm.stage import LLMStage, prompt_key
+from mice_exp.llm.settings import LLMSettings, PromptSettings
+from mice_exp.llm.stage import LLMStage
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
@@ -110,13 +111,13 @@ class Prompts:
         return self.builder.encode(self.example, self.demos, note)
 
 
-def sample_budget(record: Mapping[str, Any], settings: Mapping[str, Any], llm_cfg: Mapping[str, Any]) -> int:
+def sample_budget(record: Mapping[str, Any], settings: Mapping[str, Any], llm: LLMSettings) -> int:
     """New tokens per self-consistency sample: the greedy call's length plus ``extra_tokens``, at most
     ``llm.max_new_tokens``. Samples at temperature 1 from a small model rarely stop on their own, so the
     batch ran to the full budget; a sample that agrees with the greedy call is as long as it give or take a
     few whitespace tokens (on 12 SmolLM2 test calls, 120 samples: at most 2 tokens longer, and every
     agreement the same with the cap as without; the samples are the same, only cut)."""
-    budget = int(llm_cfg["max_new_tokens"])
+    budget = int(llm.max_new_tokens)
     extra = settings.get("extra_tokens")
     return budget if extra is None else min(budget, len(record["token_ids"]) + int(extra))
 
@@ -125,7 +126,7 @@ class Reply:
     """One call's prompts, each asked of the backend's source runner once however many sources read its answer (one
     set of samples serves self-consistency and semantic entropy), and what the sources' values read."""
 
-    def __init__(self, runner: Any, settings: Mapping[str, Any], llm_settings: Mapping[str, Any], prompts: Prompts,
+    def __init__(self, runner: Any, settings: Mapping[str, Any], llm_settings: LLMSettings, prompts: Prompts,
                  sources: Sequence[Source], call: Any = None):
         self.runner, self.settings, self.llm_settings, self.prompts = runner, settings, llm_settings, prompts
         self.record, self.fmt = prompts.record, prompts.builder.fmt
@@ -210,7 +211,7 @@ def about_the_call(names: Sequence[str]) -> list[str]:
     return list(names)
 
 
-def given_call_values(runner: Any, settings: Mapping[str, Any], llm_settings: Mapping[str, Any],
+def given_call_values(runner: Any, settings: Mapping[str, Any], llm_settings: LLMSettings,
                       prompts: Sequence[Prompts], names: Sequence[str]) -> list[dict[str, Any]]:
     """The named sources of several calls answering one prompt (other agents' calls a judge scores), from one
     runner call over all their follow-ups: the prefix they share (the query's prompt) is encoded once."""
@@ -220,13 +221,12 @@ def given_call_values(runner: Any, settings: Mapping[str, Any], llm_settings: Ma
     return [{s.name: s.compute(r.answer(s), r, settings[s.block]) for s in sources} for r in replies]
 
 
-def source_dir(llm_dir: Path, name: str, settings: Mapping[str, Any], prompt_cfg: Mapping[str, Any],
-               method: str) -> Path:
-    key = {"settings": dict(settings), "prompt": prompt_key(prompt_cfg), "method": method}
+def source_dir(llm_dir: Path, name: str, settings: Mapping[str, Any], prompt: PromptSettings, method: str) -> Path:
+    key = {"settings": dict(settings), "prompt": prompt.key(), "method": method}
     return llm_dir / f"source-{name}-{stable_hash(key)}"
 
 
-def call_values(runner: Any, settings: Mapping[str, Any], llm_settings: Mapping[str, Any], prompts: Prompts,
+def call_values(runner: Any, settings: Mapping[str, Any], llm_settings: LLMSettings, prompts: Prompts,
                 names: Sequence[str]) -> dict[str, Any]:
     """Every named source of one call (``settings``: conf/sources; ``llm_settings``: conf/llm, the samples'
     budget) from the backend's source ``runner``."""
@@ -235,7 +235,7 @@ def call_values(runner: Any, settings: Mapping[str, Any], llm_settings: Mapping[
     return {s.name: s.compute(reply.answer(s), reply, settings[s.block]) for s in sources}
 
 
-def source_folders(names: Sequence[str], settings: Mapping[str, Any], prompt: Mapping[str, Any],
+def source_folders(names: Sequence[str], settings: Mapping[str, Any], prompt: PromptSettings,
                    llm_dir: Path, method: str) -> dict[str, Path]:
     """Each named source's cache folder beside an LLM stage, in computing order (an unknown name is one line);
     ``method``: how the backend computes sources (:attr:`~mice_exp.llm.backends.Backend.source_method`)."""
@@ -257,7 +257,7 @@ def compute_sources(names: Sequence[str], settings: Mapping[str, Any], stage: LL
     """
     folders = source_folders(names, settings, stage.prompt, llm_dir, stage.backend.source_method)
     names = list(folders)
-    size = int(stage.llm["batch_size"])
+    size = int(stage.llm.batch_size)
     builder = PromptBuilder.from_config(stage.prompt, runner.tokenizer)
     with ExitStack() as stack:
         for folder in folders.values():
@@ -301,7 +301,7 @@ def stage_sources(settings: Mapping[str, Any], stage: LLMStage, output: StageOut
     cached in ``<cache>/llm/<llm>-records-<sha>/`` beside the demonstrations retrieved again for them (each
     prompt is checked against its record's hash)."""
     folders = source_folders(names, settings, stage.prompt, stage.derived_folder(output), stage.backend.source_method)
-    batches = range(-(-len(output.records) // int(stage.llm["batch_size"])))
+    batches = range(-(-len(output.records) // int(stage.llm.batch_size)))
     if not all((folder / f"shard-{n:05d}.jsonl").exists() for folder in folders.values() for n in batches):
         folder, examples, demos = stage.context(output)
         compute_sources(names, settings, stage, folder, examples, demos, output.records,

@@ -25,27 +25,20 @@ from tqdm.auto import tqdm
 
 from mice_exp.cache import (read_intact, read_json, read_jsonl, read_npz, stable_hash, write_guard, write_json,
                             write_jsonl, write_npz)
-from mice_exp.data import Dataset, Example, Selection, demo_pool
+from mice_exp.data import Dataset, Example, Selection, demo_pool, make_dataset
 from mice_exp.data.labels import call_expected
 from mice_exp.devices import resolve_device
 from mice_exp.errors import UserError
 from mice_exp.llm.backends import Backend, backend_of
 from mice_exp.llm.headroom import Headroom
-from mice_exp.llm.precision import resolve_dtype
-from mice_exp.llm.records import (PROMPT_DEFAULTS, StageOutput, made_of, read_records_file, read_stage, shard_name,
-                                  shards, summarise)
+from mice_exp.llm.records import StageOutput, made_of, read_records_file, read_stage, shard_name, shards, summarise
 from mice_exp.llm.runner import Calls, Retrieval, Runner
+from mice_exp.llm.settings import LLMSettings, PromptSettings, RetrievalSettings
 from mice_exp.llm.shards import ShardPlan, run_workers
 from mice_exp.paths import Paths, resolve
 
 STAGE_VERSION = 1
 log = logging.getLogger(__name__)
-LLM_KEYS = ("source", "dtype", "batch_size", "max_new_tokens", "context_window", "store_token_states")
-
-
-def prompt_key(prompt: Mapping[str, Any], defaults: Mapping[str, Any] = PROMPT_DEFAULTS) -> dict[str, Any]:
-    """The prompt settings a key hashes: those at their ``defaults`` value left out."""
-    return {k: v for k, v in prompt.items() if not (k in defaults and v == defaults[k])}
 
 
 class LLMStage:
@@ -57,9 +50,8 @@ class LLMStage:
     confidence sources and the replayed states all read the stage through this object.
     """
 
-    def __init__(self, dataset: Dataset, prompt: Mapping[str, Any], llm: Mapping[str, Any],
-                 retrieval: Mapping[str, Any], paths: Paths, backend: Backend | None = None,
-                 selection: Selection | None = None) -> None:
+    def __init__(self, dataset: Dataset, prompt: PromptSettings, llm: LLMSettings, retrieval: RetrievalSettings,
+                 paths: Paths, backend: Backend | None = None, selection: Selection | None = None) -> None:
         self.dataset, self.prompt, self.llm, self.retrieval = dataset, prompt, llm, retrieval
         self.paths = paths
         self.backend = backend or backend_of(llm, paths.models)
@@ -72,37 +64,45 @@ class LLMStage:
         return self.dataset.select(self.paths)
 
     def settings(self) -> dict[str, Mapping[str, Any]]:
-        """The config groups the stage is built from: what its local workers start with."""
-        return {"dataset": self.dataset.settings, "prompt": self.prompt, "llm": self.llm, "retrieval": self.retrieval}
+        """The config groups the stage is built from, as plain mappings: what its local workers start with."""
+        groups = (self.prompt, self.llm, self.retrieval)
+        return {"dataset": self.dataset.settings} | {group.group: group.as_dict() for group in groups}
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Mapping[str, Any]], paths: Paths,
+                      shard: int | None = None) -> LLMStage:
+        """The stage of :meth:`settings`, as worker ``shard`` of its ``llm.shards`` where given (a local worker)."""
+        groups = {c.group: c.from_config(settings[c.group]) for c in (PromptSettings, LLMSettings, RetrievalSettings)}
+        if shard is not None:
+            groups |= {LLMSettings.group: groups[LLMSettings.group].overridden(shard=shard)}
+        return cls(make_dataset(settings["dataset"]), **groups, paths=paths)
 
     def key(self, device: str) -> dict[str, Any]:
         """Everything that changes the stage's output, and nothing else."""
-        llm = self.llm
         return {
             "version": STAGE_VERSION,
             "dataset": self.dataset.key(),
             "examples": stable_hash([(e.id, e.query, e.tools, e.demo) + ((e.conversation,) if e.conversation else ())
                                      for e in self.selection.examples]),
             "splits": stable_hash(sorted(self.selection.splits.items())),
-            "retrieval": dict(self.retrieval),
-            "prompt": prompt_key(self.prompt),
-            "llm": {k: llm[k] for k in LLM_KEYS if k in llm}
-            | {"device": device, "dtype": resolve_dtype(llm.get("dtype", "float32"), device)} | self.backend.key(),
+            "retrieval": self.retrieval.as_dict(),
+            "prompt": self.prompt.key(),
+            "llm": self.llm.key(device) | self.backend.key(),
         }
 
     def folder(self) -> tuple[Path, dict[str, Any]]:
         """The stage's cache folder (``<cache>/llm/<llm>-<key hash>``) and its key."""
-        key = self.key(resolve_device(self.llm.get("device", "cpu")).type)
-        return self.paths.llm / f"{self.llm['name']}-{stable_hash(key)}", key
+        key = self.key(resolve_device(self.llm.device).type)
+        return self.paths.llm / f"{self.llm.name}-{stable_hash(key)}", key
 
     @property
     def records_path(self) -> Path | None:
         """The published records file the run reads instead of computing the stage (``llm.records``)."""
-        return resolve(self.llm["records"], self.paths.root) if self.llm.get("records") else None
+        return resolve(self.llm.records, self.paths.root) if self.llm.records else None
 
     def made_with(self) -> dict[str, Any]:
         """What must have produced a records file this stage reads (:func:`~mice_exp.llm.records.made_with`)."""
-        return made_of(self.llm["name"], self.llm.get("max_new_tokens"), self.prompt)
+        return made_of(self.llm.name, self.llm.max_new_tokens, self.prompt.as_dict())
 
     def output(self, needs: Sequence[str] = ()) -> StageOutput:
         """The stage's records: from the records file (cut to the run's selection; ``needs``: the record fields
@@ -123,7 +123,7 @@ class LLMStage:
             cached = read_intact(out / "demos.json", read_json)
             if cached is not None:
                 return cached
-            pool_name = self.prompt.get("demo_pool", "all")
+            pool_name = self.prompt.demo_pool
             pool = demo_pool(selection, pool_name)
             if pool_name == "train":
                 per_api = Counter(e.api for e in pool)
@@ -139,12 +139,12 @@ class LLMStage:
     def runner(self, tokenizer: Any) -> Runner:
         """How the stage's calls are prompted (with ``tokenizer``: its generator's, or its teacher's), batched and
         recorded: the stage's own loop, the replay's and the judge's (:class:`~mice_exp.llm.runner.Runner`)."""
-        return Runner.from_config(self.prompt, self.llm, tokenizer, bool(self.llm.get("store_token_states")))
+        return Runner.from_config(self.prompt, self.llm, tokenizer, bool(self.llm.store_token_states))
 
     def derived_folder(self, output: StageOutput) -> Path:
         """Where the caches derived from the stage's output live (sources, replayed states): the stage's own
         folder, or for a records file ``<cache>/llm/<llm>-records-<sha>/``."""
-        return output.folder or self.paths.llm / f"{self.llm['name']}-{output.key}"
+        return output.folder or self.paths.llm / f"{self.llm.name}-{output.key}"
 
     def context(self, output: StageOutput) -> tuple[Path, dict[str, Example], dict[str, list[str]]]:
         """Where the caches derived from ``output`` live, its examples by id and each one's retrieved
@@ -177,7 +177,7 @@ class LLMStage:
         if plan.launches:
             write_json(out / "meta.json", key)
             self.demos(out)  # once, before the workers start
-            run_workers(self.settings(), self.paths, out, plan)
+            run_workers(self.settings(), self.llm, self.paths, out, plan)
             return out
         with FileLock(str(out / plan.lock)):
             if (out / "done.json").exists():
@@ -205,7 +205,7 @@ class LLMStage:
 
     def _compute(self, out: Path, plan: ShardPlan) -> None:
         examples = {e.id: e for e in self.selection.examples}
-        if self.prompt.get("no_call_note") is None and any(call_expected(e) is not None for e in examples.values()):
+        if self.prompt.no_call_note is None and any(call_expected(e) is not None for e in examples.values()):
             log.warning("the data set holds queries where making no call may be the right answer, but "
                         "prompt.no_call_note is null: the prompt does not say so (a data set's YAML suggests one as "
                         "dataset.no_call_note, e.g. dataset=bfcl_relevance)")

@@ -319,9 +319,8 @@ REACT = React()
 FORMATS: dict[str, CallFormat] = {f.name: f for f in (REACT, JsonObject(), TaggedJson())}
 
 
-def call_format(prompt: Any) -> CallFormat:
-    """The reply format a ``conf/prompt`` node names (``format``; absent: ``react``, as every prompt before it)."""
-    name = prompt.get("format", REACT.name)
+def call_format(name: str) -> CallFormat:
+    """The reply format ``prompt.format`` names (:attr:`mice_exp.llm.settings.PromptSettings.fmt`)."""
     if name not in FORMATS:
         raise UserError(f"prompt.format={name!r}; expected one of {', '.join(FORMATS)}")
     return FORMATS[name]

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 from mice_exp.errors import UserError
+from mice_exp.llm.settings import LLMSettings
 
 #: What a source runner can answer (:attr:`Backend.gives`), and how a refusal names it.
 ABILITIES = {"option_probs": "the next token's probabilities over the vocabulary (P(True)'s options)",
              "greedy": "greedy replies to a follow-up prompt",
              "samples": "k sampled replies to one prompt"}
-DEFAULT = "hf"  # what a conf/llm entry without llm.backend generates with
 PREFIX_METHOD = "shared-prefix-1"  # sources from a transformers model's own forward passes; part of their cache key
 TEACHER_METHOD = "teacher-forced-1"  # replayed states from a transformers model's forward pass; part of their key
 
@@ -47,14 +47,14 @@ class Backend:
     replay_method: ClassVar[str] = TEACHER_METHOD  # how its teacher forces replies: part of the replays' cache key
     install: ClassVar[tuple[str, str] | None] = None  # a package beyond the main install, and how to get it
 
-    def __init__(self, settings: Mapping[str, Any], models: Path, loaded: Any = None) -> None:
+    def __init__(self, settings: LLMSettings, models: Path, loaded: Any = None) -> None:
         self.settings = settings  # the conf/llm entry
         self.models = models  # where weights are converted and cached (Paths.models)
         self._generator = loaded
         self._forward: Any = None
 
     @classmethod
-    def check(cls, settings: Mapping[str, Any]) -> None:
+    def check(cls, settings: LLMSettings) -> None:
         """The settings this backend reads, checked before anything loads: by default, its package installed."""
         if cls.install is not None and importlib.util.find_spec(cls.install[0]) is None:
             package, how = cls.install
@@ -175,21 +175,21 @@ def backend_class(name: str) -> type[Backend]:
     return found
 
 
-def check_backend(llm: Mapping[str, Any], generates: bool = True) -> type[Backend]:
+def check_backend(llm: LLMSettings, generates: bool = True) -> type[Backend]:
     """``llm.backend``'s class, with the settings it generates with checked before anything loads (a run on a
     records file ``generates`` nothing)."""
-    cls = backend_class(str(llm.get("backend", DEFAULT)))
+    cls = backend_class(str(llm.backend))
     if generates:
         cls.check(llm)
     return cls
 
 
-def backend_of(llm: Mapping[str, Any], models: Path, loaded: Any = None) -> Backend:
+def backend_of(llm: LLMSettings, models: Path, loaded: Any = None) -> Backend:
     """The backend a ``conf/llm`` entry names (not loaded; ``loaded``: a generator the caller already holds)."""
-    return backend_class(str(llm.get("backend", DEFAULT)))(llm, models, loaded)
+    return backend_class(str(llm.backend))(llm, models, loaded)
 
 
-def load_llm(llm: Mapping[str, Any], models: Path) -> Any:
+def load_llm(llm: LLMSettings, models: Path) -> Any:
     """The generator of the backend a ``conf/llm`` entry names, checked and loaded now (tests, benchmarks, the gate)."""
     check_backend(llm)
     return backend_of(llm, models).generator()

@@ -18,6 +18,7 @@ from mice_exp.errors import UserError
 from mice_exp.llm.backends import Backend, SeededSources
 from mice_exp.llm.generation import Generation, no_lens, no_states, truncate
 from mice_exp.llm.prompt import option_token_ids
+from mice_exp.llm.settings import LLMSettings
 from mice_exp.llm.toolcall import REACT, CallFormat
 
 TOKEN_ID = "token_id:"  # vLLM's spelling of a token when asked for ids (return_tokens_as_token_ids)
@@ -215,13 +216,13 @@ class OpenAI(Backend):
     source_method = "endpoint-1"  # the server's own sampling and numerics
 
     @classmethod
-    def check(cls, settings: Mapping[str, Any]) -> None:
+    def check(cls, settings: LLMSettings) -> None:
         """An address, a model name and the client's settings, before anything loads."""
         super().check(settings)
-        if not settings.get("base_url") or not settings.get("model"):
+        if not settings.base_url or not settings.model:
             raise UserError("llm.backend=openai needs llm.base_url (e.g. http://127.0.0.1:8000/v1) and llm.model (the "
                             "name the server serves); expected both set")
-        retries, timeout = settings.get("max_retries", 2), settings.get("timeout_s", 600)
+        retries, timeout = settings.max_retries, settings.timeout_s
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise UserError(f"llm.max_retries={retries!r}; expected a non-negative integer (retries of a failed "
                             "request)")
@@ -231,7 +232,7 @@ class OpenAI(Backend):
 
     def key(self) -> dict[str, Any]:
         """The engine and the model name the server serves."""
-        return {"backend": self.name, "model": self.settings.get("model")}
+        return {"backend": self.name, "model": self.settings.model}
 
     def load(self) -> Endpoint:
         """The endpoint ``llm.base_url`` serving ``llm.model`` (key from the variable ``llm.api_key_env``), with the
@@ -242,13 +243,13 @@ class OpenAI(Backend):
 
         cfg = self.settings
         self.check(cfg)
-        key = os.environ.get(cfg.get("api_key_env") or "OPENAI_API_KEY") or "EMPTY"
-        client = openai.OpenAI(base_url=cfg["base_url"], api_key=key, timeout=float(cfg.get("timeout_s", 600)),
-                               max_retries=int(cfg.get("max_retries", 2)))
-        tokenizer = load_tokenizer(cfg["source"], self.models)
+        key = os.environ.get(cfg.api_key_env or "OPENAI_API_KEY") or "EMPTY"
+        client = openai.OpenAI(base_url=cfg.base_url, api_key=key, timeout=float(cfg.timeout_s),
+                               max_retries=int(cfg.max_retries))
+        tokenizer = load_tokenizer(cfg.source, self.models)
         eos = [t for t in (tokenizer.eos_token_id,) if t is not None]
-        endpoint = Endpoint(client=client, model=cfg["model"], tokenizer=tokenizer, name=cfg["name"],
-                            base_url=cfg["base_url"], eos=eos)
+        endpoint = Endpoint(client=client, model=cfg.model, tokenizer=tokenizer, name=cfg.name,
+                            base_url=cfg.base_url, eos=eos)
         endpoint.check()  # a server that is not one: one line now, not a traceback mid-stage
         return endpoint
 

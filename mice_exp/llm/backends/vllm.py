@@ -30,7 +30,7 @@ import numpy as np
 from mice_exp.errors import UserError, interrupt_on_sigterm
 from mice_exp.llm.backends import Backend, SeededSources
 from mice_exp.llm.generation import Generation, truncate
-from mice_exp.llm.precision import resolve_dtype
+from mice_exp.llm.settings import LLMSettings
 from mice_exp.llm.prompt import option_token_ids
 from mice_exp.llm.toolcall import CallFormat
 
@@ -248,12 +248,12 @@ class VLLM(Backend):
             import vllm
 
             raise UserError(f"llm.backend=vllm: vLLM {vllm.__version__} cannot hand back the layer states of "
-                            f"{architecture} ({cfg['name']}): it lacks the EAGLE-3 interface vLLM's "
+                            f"{architecture} ({cfg.name}): it lacks the EAGLE-3 interface vLLM's "
                             f"extract_hidden_states reads; run it with llm.backend=hf")
         folder = model_folder(cfg, self.models)
         storage = Path(tempfile.mkdtemp(prefix="mice-exp-vllm-states-"))
         atexit.register(shutil.rmtree, storage, ignore_errors=True)
-        dtype = resolve_dtype(cfg.get("dtype", "float32"), cfg.get("device", "cpu"))
+        dtype = cfg.resolved_dtype
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
         if lens.device.type == "cpu":
             # vLLM 0.32's CPU build cannot load the AOT-compiled model it saves ('function' object has no attribute
@@ -267,8 +267,8 @@ class VLLM(Backend):
         # The engine core runs in its own process (vLLM's default): the connector writes a request's states after
         # the request finishes, while the engine keeps stepping; in this process, reading them would wait forever.
         engine = Engine(
-            model=str(folder), tokenizer=str(folder), dtype=dtype, seed=0, max_model_len=int(cfg["context_window"]),
-            max_num_seqs=int(cfg["batch_size"]), enable_prefix_caching=True, enable_chunked_prefill=False,
+            model=str(folder), tokenizer=str(folder), dtype=dtype, seed=0, max_model_len=int(cfg.context_window),
+            max_num_seqs=int(cfg.batch_size), enable_prefix_caching=True, enable_chunked_prefill=False,
             logprobs_mode="raw_logprobs", max_logprobs=-1,  # P(True): the option tokens among the whole vocabulary
             speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
                                 "draft_model_config": {"hf_config": {
@@ -276,7 +276,7 @@ class VLLM(Backend):
             kv_transfer_config={**connector, "kv_role": "kv_producer",
                                 "kv_connector_extra_config": {"shared_storage_path": str(storage)}},
         )
-        return VLLMEngine(engine=engine, lens=lens, name=cfg["name"])
+        return VLLMEngine(engine=engine, lens=lens, name=cfg.name)
 
     def source_runner(self) -> EngineSources:
         return EngineSources(self.generator())
