@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mice_exp.errors import UserError
-from mice_exp.metrics import PAPER_RISKS, smece
+from mice_exp.metrics import PAPER_RISKS, Risk, smece
 from mice_exp.metrics.registry import METRICS, TABLE1, metric, table_metrics
 from mice_exp.paths import PACKAGE_ROOT
 from tests.recipes import recipe
@@ -29,6 +29,16 @@ def test_a_lower_is_better_metric_is_negated_for_the_permutation_test():
     p, y = rng.random(50), (rng.random(50) < 0.5).astype(int)
     fn, rows = metric("smece").oriented(PAPER_RISKS)
     assert fn(p, y) == -smece(p, y) and rows(p[None], y[None])[0] == pytest.approx(-smece(p, y))
+
+
+def test_every_table_metric_scores_many_rows_as_it_scores_one_under_the_run_s_risks():
+    """The rows forms a permutation test and the report's bootstrap use, with a run's own medium risk."""
+    rng = np.random.default_rng(1)
+    p, y = rng.random((20, 60)), (rng.random(60) < 0.5).astype(int)
+    risks = {**PAPER_RISKS, "medium": Risk(tp=1.0, fp=-3.0, tn=0.0, fn=0.0)}
+    for name in table_metrics(TABLE1):
+        fn, rows = metric(name).oriented(risks)
+        np.testing.assert_allclose(rows(p, y), [fn(row, y) for row in p], rtol=1e-9, atol=1e-12)
 
 
 def test_an_unknown_metric_name_is_one_line_naming_the_known_ones():

@@ -24,6 +24,7 @@ from mice_exp.metrics import (
     always_abstain,
     always_execute,
     auc_etcu,
+    auc_etcu_rows,
     auc_euro,
     auroc,
     base_rate,
@@ -31,6 +32,7 @@ from mice_exp.metrics import (
     brier,
     etcu,
     etcu_curve,
+    etcu_rows,
     euro,
     euro_curve,
     evaluate,
@@ -162,6 +164,18 @@ def test_base_rate_executes_until_tau_reaches_the_accuracy() -> None:
     below = TAU_GRID < 0.75
     np.testing.assert_allclose(curve[below], etcu_curve(always_execute(y), y)[below])
     assert np.all(curve[~below] == 0)
+
+
+def test_utilities_over_rows_are_the_utilities_of_each_row() -> None:
+    """Rows of 200 calls, half the confidences on the tau grid (p == tau abstains), and rows of one call."""
+    rng = np.random.default_rng(1)
+    for n in (1, 200):
+        p, y = rng.random((50, n)), rng.integers(0, 2, n)
+        p[:, : n // 2] = np.round(p[:, : n // 2], 3)
+        for risk in PAPER_RISKS.values():
+            np.testing.assert_array_equal(etcu_rows(p, y, risk), [etcu(row, y, risk) for row in p])
+        np.testing.assert_allclose(auc_etcu_rows(p, y), [auc_etcu(row, y) for row in p], rtol=0, atol=1e-14)
+        np.testing.assert_allclose(auc_etcu_rows(p, np.tile(y, (50, 1))), auc_etcu_rows(p, y), rtol=0, atol=0)
 
 
 # --- euro ---------------------------------------------------------------------------------

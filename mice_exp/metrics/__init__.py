@@ -24,8 +24,10 @@ from mice_exp.metrics.utility import (
     TAU_GRID,
     Risk,
     auc_etcu,
+    auc_etcu_rows,
     etcu,
     etcu_curve,
+    etcu_rows,
     mbr_threshold,
 )
 
@@ -44,6 +46,7 @@ __all__ = [
     "always_execute",
     "aurc",
     "auc_etcu",
+    "auc_etcu_rows",
     "auc_euro",
     "auroc",
     "base_rate",
@@ -51,6 +54,7 @@ __all__ = [
     "brier",
     "etcu",
     "etcu_curve",
+    "etcu_rows",
     "euro",
     "euro_curve",
     "evaluate",

@@ -18,10 +18,12 @@ from mice_exp.metrics.calibration import smece
 from mice_exp.metrics.permutation import Metric, RowsMetric
 from mice_exp.metrics.selective import aurc, prr
 from mice_exp.metrics.smooth_ece import smece_rows
-from mice_exp.metrics.utility import PAPER_RISKS, Risk, auc_etcu, etcu
+from mice_exp.metrics.utility import PAPER_RISKS, Risk, auc_etcu, auc_etcu_rows, etcu, etcu_rows
 
 #: f(p, y, risks): a metric of confidences p against labels y; ``risks`` are the run's settings by name.
 Score = Callable[[np.ndarray, np.ndarray, Mapping[str, Risk]], float]
+#: The same over the rows of a (resamples x examples) matrix p, one value per row.
+RowsScore = Callable[[np.ndarray, np.ndarray, Mapping[str, Risk]], np.ndarray]
 #: The tables a metric can be a column of: MICE Table 1 (and Table 2, its ablation), and selective prediction.
 TABLE1, SELECTIVE = "table1", "selective"
 
@@ -37,7 +39,7 @@ class TableMetric:
     higher_is_better: bool
     score: Score
     tables: tuple[str, ...]
-    rows: RowsMetric | None = None
+    rows: RowsScore | None = None
     short: str | None = None
 
     @property
@@ -57,11 +59,16 @@ class TableMetric:
         """f(p, y) under the risk settings ``risks``."""
         return lambda p, y: self.score(p, y, risks)
 
+    def rows_at(self, risks: Mapping[str, Risk]) -> RowsMetric | None:
+        """f(p, y) over the rows of p under the risk settings ``risks`` (None: the metric has no rows form)."""
+        rows = self.rows
+        return None if rows is None else lambda p, y: rows(p, y, risks)
+
     def oriented(self, risks: Mapping[str, Risk]) -> tuple[Metric, RowsMetric | None]:
         """The metric and its rows form as a permutation test compares them: higher is better (negated if lower is)."""
+        rows = self.rows_at(risks)
         if self.higher_is_better:
-            return self.at(risks), self.rows
-        rows = self.rows
+            return self.at(risks), rows
         return (lambda p, y: -self.score(p, y, risks)), (None if rows is None else lambda p, y: -rows(p, y))
 
 
@@ -69,11 +76,17 @@ def _utility_at(risk: str) -> Score:
     return lambda p, y, risks: etcu(p, y, risks[risk])
 
 
+def _utility_rows_at(risk: str) -> RowsScore:
+    return lambda p, y, risks: etcu_rows(p, y, risks[risk])
+
+
 METRICS: dict[str, TableMetric] = {m.name: m for m in (
-    TableMetric("smece", "smECE", False, lambda p, y, risks: smece(p, y), (TABLE1, SELECTIVE), rows=smece_rows),
+    TableMetric("smece", "smECE", False, lambda p, y, risks: smece(p, y), (TABLE1, SELECTIVE),
+                rows=lambda p, y, risks: smece_rows(p, y)),
     *(TableMetric(f"etcu_{risk}", f"{risk.capitalize()} risk", True, _utility_at(risk), (TABLE1,),
-                  short=risk.capitalize()) for risk in PAPER_RISKS),
-    TableMetric("auc_etcu", "AUC", True, lambda p, y, risks: auc_etcu(p, y), (TABLE1, SELECTIVE)),
+                  rows=_utility_rows_at(risk), short=risk.capitalize()) for risk in PAPER_RISKS),
+    TableMetric("auc_etcu", "AUC", True, lambda p, y, risks: auc_etcu(p, y), (TABLE1, SELECTIVE),
+                rows=lambda p, y, risks: auc_etcu_rows(p, y)),
     TableMetric("prr", "PRR", True, lambda p, y, risks: prr(p, y), (SELECTIVE,)),
     TableMetric("aurc", "AURC", False, lambda p, y, risks: aurc(p, y), (SELECTIVE,)),
 )}

@@ -91,3 +91,30 @@ def etcu_curve(p: ArrayLike, y: ArrayLike, taus: ArrayLike = TAU_GRID) -> np.nda
 def auc_etcu(p: ArrayLike, y: ArrayLike) -> float:
     """Signed area under the ETCU curve: its mean over TAU_GRID, one number across all risks."""
     return float(etcu_curve(p, y).mean())
+
+
+def etcu_rows(p: ArrayLike, y: ArrayLike, risk: Risk) -> np.ndarray:
+    """``etcu(p[i], y, risk)`` for every row i of ``p`` (B x n; ``y`` is (n,) or (B, n)): the counts of
+    :func:`expected_utility` by comparison instead of sorting, one pass for all rows (permutation nulls)."""
+    p, y = _rows(p, y)
+    executed, correct = p > risk.tau, y == 1
+    n_tp, n_fp = np.count_nonzero(executed & correct, axis=1), np.count_nonzero(executed & ~correct, axis=1)
+    n_fn, n_tn = np.count_nonzero(correct, axis=1) - n_tp, np.count_nonzero(~correct, axis=1) - n_fp
+    return (risk.tp * n_tp + risk.fp * n_fp + risk.tn * n_tn + risk.fn * n_fn) / p.shape[1]
+
+
+#: Column k: the summed false-positive utility tau / (tau - 1) of the first k taus of TAU_GRID.
+_FP_BELOW = np.concatenate([[0.0], np.cumsum(TAU_GRID / (TAU_GRID - 1))])
+
+
+def auc_etcu_rows(p: ArrayLike, y: ArrayLike) -> np.ndarray:
+    """``auc_etcu(p[i], y)`` for every row i of ``p`` (to rounding): a call is executed at the taus below its
+    confidence, so a correct one adds 1 per such tau and a wrong one the false-positive utility summed over them."""
+    p, y = _rows(p, y)
+    below = np.searchsorted(TAU_GRID, p, side="left")
+    return np.where(y == 1, below, _FP_BELOW[below]).sum(axis=1) / (TAU_GRID.size * p.shape[1])
+
+
+def _rows(p: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    p = np.atleast_2d(np.asarray(p, dtype=float))
+    return p, np.broadcast_to(np.asarray(y), p.shape)

@@ -14,7 +14,7 @@ from mice_exp.report.tables import METRICS
 
 #: Table metric -> f(p, y), the functions the job logged the cell's value with (at the paper's risks).
 TABLE_METRICS = {m: metric(m).at(PAPER_RISKS) for m in METRICS}
-ROWS_METRICS = {m: metric(m).rows for m in METRICS if metric(m).rows is not None}
+ROWS_METRICS = {m: rows for m in METRICS if (rows := metric(m).rows_at(PAPER_RISKS)) is not None}
 RESAMPLES = 200
 
 
