@@ -2,7 +2,7 @@
 :func:`mice_exp.metrics.smece_rows` (rows scored together), in one process on the same inputs.
 
 Cases: 12 test calls (``make run``) and 200 (the full STE test split); a pair of estimators
-that differs (the test draws all 1,000 permutations) and one that does not (it stops early);
+that differs and one that does not (the test draws until its p is on one side of 0.05);
 200 bootstrap resamples of one row of a table. Prints the CPU, its load and both timings.
 
     .venv/bin/python benchmarks/smooth_ece.py

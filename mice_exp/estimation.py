@@ -20,7 +20,7 @@ from joblib import Parallel, delayed
 
 from mice_exp.errors import UserError
 from mice_exp.llm.settings import LLMSettings
-from mice_exp.metrics import ALPHA, PAPER_RISKS, Risk, etcu, evaluate, permutation_test
+from mice_exp.metrics import ALPHA, MAX_PERMUTATIONS, PAPER_RISKS, Risk, etcu, evaluate, permutation_test
 from mice_exp.metrics.registry import METRICS, TABLE1, metric, table_metrics
 from mice_exp.needs import RAW, Needs
 from mice_exp.tracking.schema import MARKS, action_belief_key, agent_key, pvalue_key, trajectory_key
@@ -107,7 +107,7 @@ class Study:
     risk: str = "medium"  # the configured risk's name among ``risks`` (what a gate decides with)
     named: dict[str, Candidate] = field(default_factory=dict)  # the protocol's own estimators, by key
     diagnostics: Mapping[str, Any] = field(default_factory=dict)  # estimator.diagnostics: the field's regions
-    permutations: int = 1000
+    permutations: int = MAX_PERMUTATIONS  # the most draws a test makes before it leaves its mark undecided
     seed: int = 0
     n_jobs: int = 1
     llm: str = ""
@@ -139,8 +139,8 @@ class Study:
     def _test(self, name: str, p_main: np.ndarray, p_ref: np.ndarray, y: np.ndarray) -> Any:
         """The delayed permutation test of metric ``name`` between the run's estimator and a reference row."""
         fn, rows_fn = metric(name).oriented(self.risks)
-        return delayed(permutation_test)(fn, p_main, p_ref, y, n_permutations=self.permutations, seed=self.seed,
-                                         alpha=ALPHA, rows_metric=rows_fn)
+        return delayed(permutation_test)(fn, p_main, p_ref, y, seed=self.seed, alpha=ALPHA,
+                                         max_permutations=self.permutations, rows_metric=rows_fn)
 
     def score(self, fitted: Sequence[tuple[Candidate, np.ndarray, Any]], y: np.ndarray) -> list[Row]:
         """Rows of ``(candidate, test predictions, fitted estimator or None)``, the run's estimator last:

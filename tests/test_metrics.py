@@ -19,6 +19,7 @@ from mice_exp.metrics import (
     MEDIUM,
     PAPER_RISKS,
     TAU_GRID,
+    PermutationResult,
     Risk,
     accuracy,
     always_abstain,
@@ -42,6 +43,7 @@ from mice_exp.metrics import (
     smece,
     smece_rows,
 )
+from mice_exp.metrics.permutation import FIRST_BLOCK
 
 RISK_CONF = Path(__file__).resolve().parents[1] / "conf" / "risk"
 
@@ -340,16 +342,35 @@ def test_evaluate_rejects_risk_names_mlflow_cannot_log() -> None:
 # --- permutation test ---------------------------------------------------------------------
 
 
+def mean_p(p: np.ndarray, y: np.ndarray) -> float:
+    """A metric whose permutation test is the sign-flip test of the mean paired difference."""
+    return float(np.mean(p))
+
+
+def mean_p_rows(p: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.mean(p, axis=-1)
+
+
+def paired(z: float, n: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two estimators whose n paired differences have the z-score ``z``: the sign-flip test's p is about the
+    normal tail's (0.046 at z = 2.0, 0.055 at 1.92), a mark a 1000-permutation draw leaves to chance."""
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 0.05, n)
+    noise -= noise.mean()
+    p_b = rng.uniform(0.3, 0.7, n)
+    return p_b + noise + z * np.sqrt(np.sum(noise**2) / (n * (n - z**2))), p_b, rng.integers(0, 2, n)
+
+
 def test_permutation_p_values_are_uniform_under_the_null() -> None:
     # Two estimators drawn from the same distribution: about 5% of tests should reject at 0.05.
     p_values = []
     for seed in range(300):
         rng = np.random.default_rng(seed)
         y = rng.integers(0, 2, 30)
-        result = permutation_test(brier, rng.random(30), rng.random(30), y, n_permutations=99, seed=seed)
-        p_values.append(result.p_value)
+        p_values.append(permutation_test(brier, rng.random(30), rng.random(30), y, seed=seed,
+                                         rows_metric=lambda p, y: np.mean((p - y) ** 2, axis=-1)).p_value)
     p_values = np.array(p_values)
-    assert 0.02 <= np.mean(p_values <= 0.05) <= 0.09
+    assert 0.02 <= np.mean(p_values < ALPHA) <= 0.09
     assert 0.4 <= np.mean(p_values) <= 0.6
 
 
@@ -358,39 +379,72 @@ def test_permutation_test_finds_a_planted_difference() -> None:
     y = rng.integers(0, 2, 200)
     informed = np.clip(0.2 + 0.6 * y + rng.normal(0, 0.1, 200), 0, 1)
     result = permutation_test(auc_etcu, informed, rng.random(200), y)
-    assert result.difference > 0
-    assert result.p_value == pytest.approx(1 / 1001)
+    assert result.difference > 0 and result.decided
+    assert result.draws == 300 and result.p_value == 1 / 301  # no draw reaches it: decided after the second block
 
 
 def test_permutation_test_is_symmetric_in_its_two_estimators() -> None:
     p_a, y = random_case(6, n=60)
     p_b = np.clip(p_a + np.random.default_rng(7).normal(0, 0.2, 60), 0, 1)
-    metric = partial(etcu, risk=MEDIUM)
-    forward = permutation_test(metric, p_a, p_b, y, n_permutations=200)
-    backward = permutation_test(metric, p_b, p_a, y, n_permutations=200)
+    metric, rows = partial(etcu, risk=MEDIUM), partial(etcu_rows, risk=MEDIUM)
+    forward = permutation_test(metric, p_a, p_b, y, rows_metric=rows)
+    backward = permutation_test(metric, p_b, p_a, y, rows_metric=rows)
     assert backward.difference == pytest.approx(-forward.difference)
     assert backward.p_value == forward.p_value
 
 
-def test_stopping_at_alpha_decides_as_the_full_test_does() -> None:
-    """Pairs from barely to plainly different: the early-stopped test marks exactly the pairs the full
-    1000-permutation test marks, and reports the full test's p wherever that is significant."""
-    decided = []
+@pytest.mark.parametrize("z", [2.0, 1.92])
+def test_a_p_near_alpha_gets_the_same_mark_from_every_seed(z: float) -> None:
+    """p ~ 0.046 (marked) and ~ 0.055 (not): the test draws until its 99.9% interval leaves 0.05, so ten seeds
+    give ten p-values between 0.04 and 0.06 and one mark; the same seed gives the same p."""
+    p_a, p_b, y = paired(z)
+    results = [permutation_test(mean_p, p_a, p_b, y, seed=seed, rows_metric=mean_p_rows) for seed in range(10)]
+    assert all(r.decided and not r.exact and 0.04 <= r.p_value <= 0.06 for r in results)
+    assert {r.p_value < ALPHA for r in results} == {z == 2.0}
+    assert permutation_test(mean_p, p_a, p_b, y, seed=3, rows_metric=mean_p_rows) == results[3]
+    assert all(r.draws > 10_000 for r in results)  # what deciding costs this close to alpha
+
+
+def test_a_test_undecided_at_its_cap_is_not_significant() -> None:
+    p_a, p_b, y = paired(2.0)
+    for seed in range(5):
+        result = permutation_test(mean_p, p_a, p_b, y, seed=seed, max_permutations=1000, rows_metric=mean_p_rows)
+        assert not result.decided and result.draws == 1000 and result.p_value >= ALPHA  # the interval's upper end
+
+
+def test_few_differing_examples_are_enumerated_exactly() -> None:
+    """Differences +0.4, +0.3, +0.2, -0.1 (observed mean 0.8 / 6) and two examples where both agree: of the
+    2^4 sign patterns, |0.4 ± 0.3 ± 0.2 ± 0.1| >= 0.8 for 1.0 and 0.8 and their negatives, p = 4 / 16."""
+    p_b = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    p_a = p_b + np.array([0.4, 0.3, 0.2, -0.1, 0.0, 0.0])
+    y = np.array([1, 0, 1, 0, 1, 0])
+    result = permutation_test(mean_p, p_a, p_b, y)
+    assert result.exact and result.decided and result.draws == 16
+    assert result.p_value == 4 / 16
+    assert permutation_test(mean_p, p_a, p_b, y, seed=1, rows_metric=mean_p_rows) == result
+
+
+def test_a_decided_mark_is_the_exact_tests_mark() -> None:
+    """14 differing calls (16,384 swap patterns, counted here by brute force): the drawn test marks exactly the
+    pairs the exact test marks, whether it decides from its draws or goes on to enumerate."""
+    marks, enumerated = [], 0
     for seed in range(40):
         rng = np.random.default_rng(seed)
-        y = rng.integers(0, 2, 40)
-        p_a = np.clip(0.5 + (0.05 * seed / 10) * (2 * y - 1) + rng.normal(0, 0.2, 40), 0, 1)
-        p_b = rng.random(40)
-        full = permutation_test(brier, p_a, p_b, y, seed=seed)
-        early = permutation_test(brier, p_a, p_b, y, seed=seed, alpha=ALPHA)
-        assert (early.p_value < ALPHA) == (full.p_value < ALPHA)
-        if full.p_value < ALPHA:
-            assert early.p_value == full.p_value
-        decided.append(full.p_value < ALPHA)
-    assert 5 <= sum(decided) <= 35  # both decisions occur, so the comparison means something
+        y = rng.integers(0, 2, 14)
+        p_a = np.clip(0.5 + (0.12 * seed / 10) * (2 * y - 1) + rng.normal(0, 0.2, 14), 0, 1)
+        p_b = rng.random(14)
+        flips = ((np.arange(2**14)[:, None] >> np.arange(14)) & 1).astype(bool)
+        null = auc_etcu_rows(np.where(flips, p_b, p_a), y) - auc_etcu_rows(np.where(flips, p_a, p_b), y)
+        observed = auc_etcu(p_a, y) - auc_etcu(p_b, y)
+        exact = np.mean(np.abs(null) >= abs(observed) - 1e-12)
+        result = permutation_test(auc_etcu, p_a, p_b, y, seed=seed, rows_metric=auc_etcu_rows)
+        assert result.decided and (result.p_value < ALPHA) == (exact < ALPHA)
+        enumerated += result.exact
+        marks.append(exact < ALPHA)
+    assert 5 <= sum(marks) <= 35 and enumerated < 40  # both marks occur; most tests decide before enumerating
 
 
-def test_stopping_at_alpha_draws_few_permutations_when_the_difference_is_plainly_null() -> None:
+def test_a_p_far_from_alpha_is_decided_by_its_first_block() -> None:
     calls = []
 
     def counted(p, y):
@@ -398,37 +452,27 @@ def test_stopping_at_alpha_draws_few_permutations_when_the_difference_is_plainly
         return brier(p, y)
 
     p, y = random_case(3, n=50)
-    result = permutation_test(counted, p, p[::-1].copy(), y, n_permutations=1000, alpha=ALPHA)
-    assert result.p_value > 0.5
-    assert len(calls) < 2 * 200  # 2 metric calls per draw: ~100 draws instead of 1000
+    result = permutation_test(counted, p, p[::-1].copy(), y)
+    assert result.p_value > 0.5 and result.decided
+    assert result.draws == FIRST_BLOCK and len(calls) == 2 + 2 * FIRST_BLOCK  # the observed pair, then 2 a draw
 
 
-def test_stopped_p_values_stay_valid_under_the_null() -> None:
-    p_values = []
-    for seed in range(300):
-        rng = np.random.default_rng(seed)
-        y = rng.integers(0, 2, 30)
-        p_values.append(permutation_test(brier, rng.random(30), rng.random(30), y, n_permutations=99, seed=seed,
-                                         alpha=ALPHA).p_value)
-    assert 0.02 <= np.mean(np.array(p_values) < ALPHA) <= 0.09
-
-
-@pytest.mark.parametrize("seed", [0, 5])  # a test that stops early, and a significant one drawing all
+@pytest.mark.parametrize("seed", [0, 5])  # a test decided in its first block, and one still undecided at its cap
 def test_smece_scored_in_blocks_gives_the_same_test(seed: int) -> None:
     rng = np.random.default_rng(seed)
     y = rng.integers(0, 2, 30)
     p_a = np.clip(0.5 + 0.1 * seed * (y - 0.5) + rng.normal(0, 0.15, 30), 0, 1)
     p_b = rng.random(30)
     args = (lambda p, y: -smece(p, y), p_a, p_b, y)
-    one_by_one = permutation_test(*args, n_permutations=150, seed=seed, alpha=ALPHA)
-    blocks = permutation_test(*args, n_permutations=150, seed=seed, alpha=ALPHA, rows_metric=lambda p, y: -smece_rows(p, y))
+    one_by_one = permutation_test(*args, seed=seed, max_permutations=150)
+    blocks = permutation_test(*args, seed=seed, max_permutations=150, rows_metric=lambda p, y: -smece_rows(p, y))
     assert blocks == one_by_one
-    assert (one_by_one.p_value < ALPHA) == (seed == 5)
+    assert one_by_one.decided == (seed == 0) and one_by_one.p_value >= ALPHA
 
 
 def test_identical_estimators_are_never_significant() -> None:
     p, y = random_case(8, n=50)
-    assert permutation_test(smece, p, p, y, n_permutations=20).p_value == 1.0
+    assert permutation_test(smece, p, p, y) == PermutationResult(0.0, 1.0, draws=1, exact=True, decided=True)
 
 
 @pytest.mark.parametrize("correct,total", [(0, 50), (3, 15), (22, 50), (50, 50), (1, 2)])

@@ -18,7 +18,7 @@ query trains any row). Per judge, the BERTScore view of each actor's records (ca
   actor's test calls; its MICE RF saved as ``<out>/gate-<judge>/`` (``Gate.load`` reads it).
 
 Every row: smECE, Brier, AUROC, ETCU at tau = 0.1 / 0.5 / 0.9 and AUC-ETCU on the actor's test calls, ``*`` / ``†``
-where a row beats the actor's HRE / NWKR (paired permutation test, p < 0.05, the run's 1000 permutations, seed 0),
+where a row beats the actor's HRE / NWKR (paired permutation test, p < 0.05 decided as a run decides it, seed 0),
 and the gains over raw confidence with 95% paired bootstrap intervals (:func:`mice_exp.report.paper_terms.paper_terms`).
 Writes ``<out>/predictions.csv`` (every row's test predictions), ``<out>/rows.csv`` (every row's metrics),
 ``<out>/gains.csv``, ``<out>/summary.csv``, and ``<out>/tables.md`` (every row, the summary, the own calls and the

@@ -6,7 +6,7 @@ Depends on nothing else in mice_exp, so estimators and reports can both build on
 from mice_exp.metrics.calibration import accuracy, auroc, binned_ece, brier, smece
 from mice_exp.metrics.euro import auc_euro, euro, euro_curve
 from mice_exp.metrics.evaluate import evaluate
-from mice_exp.metrics.permutation import ALPHA, PermutationResult, permutation_test
+from mice_exp.metrics.permutation import ALPHA, MAX_PERMUTATIONS, PermutationResult, permutation_test
 from mice_exp.metrics.policies import (
     TRIVIAL_POLICIES,
     always_abstain,
@@ -35,6 +35,7 @@ __all__ = [
     "ALPHA",
     "HIGH",
     "LOW",
+    "MAX_PERMUTATIONS",
     "MEDIUM",
     "PAPER_RISKS",
     "TAU_GRID",

@@ -51,7 +51,7 @@ TABLE1, ABLATION = "table1", "ablation"
 ID_COLUMNS = ("table", "dataset", "llm", "llm_display", "row", "estimator", "protocol", "features",
               "source", "run_id")
 #: The p-value behind each mark (``<metric>_p_<ref>``: the run's permutation test against its own reference
-#: row; a significant test drew every permutation, so a marked cell's p is the full test's).
+#: row, drawn until it lies on one side of alpha with 99.9% confidence, so the mark does not depend on the draw).
 PVALUE_COLUMNS = tuple(f"{m}_p_{ref}" for m in METRICS for ref in MARKS)
 COLUMNS = (*ID_COLUMNS, *METRICS, *(f"{m}_mark" for m in METRICS), *(f"{m}_style" for m in METRICS), *PVALUE_COLUMNS)
 
