@@ -20,8 +20,9 @@ def argument_rule(spec: Mapping[str, Any]) -> str:
 
 def decision(record: Mapping[str, Any], p: float, tau: float, tools: Sequence[str], fmt: CallFormat,
              rule: str) -> Decision:
-    """The decision on a record in the reply format ``fmt``, its arguments' confidences under ``rule``; a call to a tool the request did not offer (the
-    prompt also shows the demonstrations' tools) is no call: nothing the caller could run."""
+    """The decision on a record in the reply format ``fmt``, its arguments' confidences under ``rule``; a call to
+    a tool the request did not offer (the prompt also shows the demonstrations' tools) is no call: nothing the
+    caller could run."""
     from mice_exp.features.arguments import answer_arguments  # loads sklearn
 
     call, why = None, record["parse_error"]
